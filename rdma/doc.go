@@ -35,11 +35,18 @@
 //   - Write and Read are one-sided: the peer's provider places and serves
 //     them against registered memory without the peer application.
 //   - A bad rkey, a range outside the region, or a missing access right
-//     completes the WR with RemAccessErr and moves the QP to StateError on
-//     both sides. Nothing is read or written at the peer.
+//     moves the QP to StateError on both sides with QP.Err() RemAccessErr.
+//     Nothing is read or written at the peer. A Read always completes with
+//     RemAccessErr. A Write or Send does too on shm and on InfiniBand/RoCE,
+//     whose Writes complete when acknowledged; on iWARP (hardware and the
+//     iwarp provider alike) Sends and Writes complete once handed to the
+//     transport, so the error arrives after, as a Terminate that moves the
+//     QP to Error: WRs still outstanding then complete with RemAccessErr.
 //   - A Send (or Write with Immediate) that finds no Recv posted waits
-//     QPConfig.RNRRetry+1 times QPConfig.RNRTimeout for one; then the
-//     connection errors and the sender's WR completes with RNRRetryExcErr.
+//     QPConfig.RNRRetry+1 times QPConfig.RNRTimeout for one; then both
+//     sides move to StateError with QP.Err() RNRRetryExcErr, and the
+//     sender's WR completes with RNRRetryExcErr unless, as on iWARP, it had
+//     already completed.
 //   - In StateError, and when the connection is lost, every outstanding WR
 //     completes with WRFlushErr (or the error that caused it), so no
 //     waiter hangs.

@@ -101,6 +101,10 @@ type QP interface {
 	SetError()
 	// Done is closed when the QP enters StateError.
 	Done() <-chan struct{}
+	// Err says why the QP entered StateError: a WCStatus such as
+	// RemAccessErr (the peer refused an rkey), RNRRetryExcErr, RetryExcErr
+	// (connection lost) or WRFlushErr (SetError or Close); nil before.
+	Err() error
 	// Close disconnects (as SetError) and frees the QP once its
 	// outstanding WRs have completed.
 	Close() error
