@@ -1,0 +1,46 @@
+# capsule: see README.md. `make run` starts the target, `make test` checks everything.
+GO      ?= go
+BIN     := bin
+GOFILES  = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*')
+
+# Debian packages the tests need: the verbs provider is vetted and built
+# with its C libraries; tshark checks the iWARP wire (make wirecheck).
+TEST_DEBS := libibverbs-dev librdmacm-dev pkg-config
+
+.PHONY: all build run test deps vet fmtcheck unit bench wirecheck clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/target ./cmd/target
+	$(GO) build -o $(BIN)/mount ./cmd/mount
+
+run: build
+	./$(BIN)/target
+
+deps:
+	./scripts/deps.sh $(TEST_DEBS)
+
+vet: deps
+	$(GO) vet ./...
+	$(GO) vet -tags rdma ./rdma/...
+	$(GO) build -tags rdma ./...
+
+fmtcheck:
+	@out="$$(gofmt -l $(GOFILES))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# go test runs every fuzz target's seed corpus (f.Add and testdata/fuzz).
+unit:
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+test: deps vet fmtcheck unit build
+
+bench: build
+	./scripts/bench.sh
+
+wirecheck:
+	./scripts/deps.sh tshark
+	./scripts/wirecheck.sh
+
+clean:
+	rm -rf $(BIN)
