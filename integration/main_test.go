@@ -1,0 +1,121 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// binDir holds bin/target and bin/mount built once for the package.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "capsule-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	for _, cmd := range []string{"target", "mount"} {
+		out, err := exec.Command("go", "build", "-race", "-o", filepath.Join(dir, cmd), "../cmd/"+cmd).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", cmd, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// daemon is a bin/target process a test started; the test stops it by pid.
+type daemon struct {
+	cmd    *exec.Cmd
+	ready  string // the ready line
+	stderr *strings.Builder
+	done   chan error
+}
+
+// startDaemon runs bin/target with args and waits for a stdout line that
+// begins with readyPrefix.
+func startDaemon(t *testing.T, readyPrefix string, args ...string) *daemon {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "target"), args...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	d := &daemon{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
+	cmd.Stderr = d.stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { d.stop(t) })
+
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		io.Copy(io.Discard, stdout)
+	}()
+	go func() { d.done <- cmd.Wait() }()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "target exited before it was ready; stderr:\n%s", d.stderr)
+			if strings.HasPrefix(l, readyPrefix) {
+				d.ready = l
+				go func() {
+					for range lines {
+					}
+				}()
+				return d
+			}
+		case <-deadline:
+			t.Fatalf("target not ready after 30s; stderr:\n%s", d.stderr)
+		}
+	}
+}
+
+// stop sends SIGTERM to the daemon's pid and requires a clean exit.
+func (d *daemon) stop(t *testing.T) {
+	if d.cmd.ProcessState != nil {
+		return
+	}
+	require.NoError(t, syscall.Kill(d.cmd.Process.Pid, syscall.SIGTERM))
+	select {
+	case err := <-d.done:
+		require.NoError(t, err, "target did not exit cleanly on SIGTERM; stderr:\n%s", d.stderr)
+	case <-time.After(30 * time.Second):
+		syscall.Kill(d.cmd.Process.Pid, syscall.SIGKILL)
+		t.Fatalf("target ignored SIGTERM for 30s; stderr:\n%s", d.stderr)
+	}
+}
+
+// field returns the value of key=value in line.
+func field(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func runTarget(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "target"), args...).CombinedOutput()
+	require.NoError(t, err, "target %s:\n%s", strings.Join(args, " "), out)
+	return string(out)
+}
