@@ -419,4 +419,3 @@ func testLocalCloseMidTransfer(t *testing.T, env Env) {
 		t.Fatal("the peer's QP did not end when the local QP closed")
 	}
 }
-
