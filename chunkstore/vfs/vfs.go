@@ -1,0 +1,177 @@
+package vfs
+
+import (
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// FS is one rooted file system: a device directory of the chunk store.
+// Names are slash-separated and relative to the root ("identity",
+// "shards/0"); a name that is absolute, empty or climbs out of the root
+// with ".." is refused with ErrInvalidName.
+//
+// Implementations are safe for concurrent use.
+type FS interface {
+	// OpenFile opens name with os.O_* flags (O_RDONLY, O_RDWR, O_CREATE,
+	// O_EXCL, O_TRUNC). A new file is not durable until the file is
+	// synced and, for its directory entry, SyncDir of its directory.
+	OpenFile(name string, flag int) (File, error)
+	// Rename atomically replaces newname with oldname. The change is not
+	// durable until SyncDir of the directory.
+	Rename(oldname, newname string) error
+	// Remove removes a file or an empty directory. Durable after SyncDir.
+	Remove(name string) error
+	// MkdirAll creates a directory and any missing parents. Durable after
+	// SyncDir of each parent.
+	MkdirAll(dir string) error
+	// SyncDir makes the entries of dir (creates, renames, removes) durable.
+	// "." is the root.
+	SyncDir(dir string) error
+	// Stat describes name.
+	Stat(name string) (fs.FileInfo, error)
+	// List returns the names in dir, sorted.
+	List(dir string) ([]string, error)
+	// HostPath returns a path on the host's file system for name, for
+	// libraries that must open an *os.File themselves (bbolt maps its file
+	// into memory). Such files live beside the FS, not inside it: a
+	// simulated crash leaves them as the host has them. An FS with no host
+	// storage returns ErrNotSupported.
+	HostPath(name string) (string, error)
+	// String names the file system in messages (its root directory).
+	String() string
+}
+
+// File is an open file. ReadAt and WriteAt follow the io.ReaderAt and
+// io.WriterAt contracts (a short read returns an error, io.EOF at the end)
+// and may be called concurrently on disjoint ranges.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+	// Sync makes the file's data and size durable (fsync).
+	Sync() error
+	// Stat describes the open file.
+	Stat() (fs.FileInfo, error)
+	// Truncate changes the file's size.
+	Truncate(size int64) error
+}
+
+// Op names one kind of operation, for error injection and counting.
+type Op uint8
+
+// The operations an FS and its Files perform.
+const (
+	OpOpen     Op = iota // OpenFile without O_CREATE
+	OpCreate             // OpenFile with O_CREATE
+	OpRead               // File.ReadAt
+	OpWrite              // File.WriteAt
+	OpSync               // File.Sync
+	OpTruncate           // File.Truncate
+	OpFileStat           // File.Stat
+	OpClose              // File.Close
+	OpRename             // FS.Rename
+	OpRemove             // FS.Remove
+	OpMkdir              // FS.MkdirAll
+	OpSyncDir            // FS.SyncDir
+	OpStat               // FS.Stat
+	OpList               // FS.List
+	OpHostPath           // FS.HostPath
+	numOps
+)
+
+var opNames = [numOps]string{
+	"open", "create", "read", "write", "sync", "truncate", "filestat", "close",
+	"rename", "remove", "mkdir", "syncdir", "stat", "list", "hostpath",
+}
+
+func (o Op) String() string {
+	if o < numOps {
+		return opNames[o]
+	}
+	return "op?"
+}
+
+// Mutating reports whether the operation changes what a crash can keep.
+func (o Op) Mutating() bool {
+	switch o {
+	case OpCreate, OpWrite, OpSync, OpTruncate, OpRename, OpRemove, OpMkdir, OpSyncDir:
+		return true
+	}
+	return false
+}
+
+// clean validates a name and returns its cleaned form ("." for the root).
+func clean(name string) (string, error) {
+	if name == "" || strings.HasPrefix(name, "/") || strings.Contains(name, "\\") {
+		return "", &os.PathError{Op: "vfs", Path: name, Err: ErrInvalidName}
+	}
+	c := path.Clean(name)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", &os.PathError{Op: "vfs", Path: name, Err: ErrInvalidName}
+	}
+	return c, nil
+}
+
+// ReadFull reads len(p) bytes at off, or fails. Short reads are reported as
+// io.ErrUnexpectedEOF (or io.EOF when nothing was read).
+func ReadFull(f io.ReaderAt, p []byte, off int64) error {
+	n, err := f.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || (err == io.EOF && n > 0) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// WriteFile creates name with data durably: it writes a temporary file,
+// syncs it, renames it over name and syncs the directory. A crash leaves
+// either the old file (or none) or the complete new one.
+func WriteFile(fsys FS, name string, data []byte) error {
+	c, err := clean(name)
+	if err != nil {
+		return err
+	}
+	tmp := c + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := fsys.Rename(tmp, c); err != nil {
+		return err
+	}
+	return fsys.SyncDir(path.Dir(c))
+}
+
+// ReadFile reads all of name.
+func ReadFile(fsys FS, name string) ([]byte, error) {
+	f, err := fsys.OpenFile(name, os.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, st.Size())
+	if err := ReadFull(f, buf, 0); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
