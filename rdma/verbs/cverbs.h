@@ -147,6 +147,26 @@ static void cap_build_recv(struct cap_chain *c, int n) {
 	}
 }
 
+// cap_send_view reads WR i of a built send chain back into the form Go
+// wrote (immediate data in host order), with the index of the next WR
+// (-1 at the end) and the offset of its SGEs in the chain's sge array.
+static void cap_send_view(struct cap_chain *c, int i, struct cap_swr *out, int *next, int *sge_off) {
+	struct ibv_send_wr *w = &c->send[i];
+	memset(out, 0, sizeof(*out));
+	out->wr_id = w->wr_id;
+	out->num_sge = (uint32_t)w->num_sge;
+	out->opcode = w->opcode;
+	out->flags = w->send_flags;
+	if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		out->imm = ntohl(w->imm_data);
+	if (w->opcode == IBV_WR_SEND_WITH_INV)
+		out->inv_rkey = w->invalidate_rkey;
+	out->remote_addr = w->wr.rdma.remote_addr;
+	out->rkey = w->wr.rdma.rkey;
+	*next = w->next ? (int)(w->next - c->send) : -1;
+	*sge_off = w->sg_list ? (int)(w->sg_list - c->sge) : -1;
+}
+
 // The cap_post_* functions build and post the first n WRs of c in one
 // call. On failure *bad is the index of the WR the device refused.
 static int cap_post_send(struct ibv_qp *qp, struct cap_chain *c, int n, int *bad) {

@@ -215,8 +215,8 @@ func newQP(p *pd, cfg rdma.QPConfig) (*qp, error) {
 	return q, nil
 }
 
-func (q *qp) Num() uint32          { return q.num }
-func (q *qp) State() rdma.QPState  { return rdma.QPState(q.st.Load()) }
+func (q *qp) Num() uint32           { return q.num }
+func (q *qp) State() rdma.QPState   { return rdma.QPState(q.st.Load()) }
 func (q *qp) Done() <-chan struct{} { return q.done }
 
 func (q *qp) Err() error {
@@ -292,52 +292,33 @@ func (q *qp) PostSend(wrs []rdma.SendWR) error {
 	if q.destroyed {
 		return &rdma.PostError{Index: 0, Err: rdma.ErrInvalidState}
 	}
-	ch := q.sendC
-	i := 0
-	for i < len(wrs) {
-		n, nsge := 0, 0
-		var bad error
-		for i+n < len(wrs) {
-			w := &wrs[i+n]
-			if bad = q.checkSend(w); bad != nil {
-				break
-			}
-			if int(r.tail-r.head)+n >= r.limit {
-				bad = rdma.ErrQueueFull
-				break
-			}
-			code, wcop, _ := wrOpcode(w.Op)
-			seq := r.tail + uint64(n)
-			r.ents[seq%uint64(len(r.ents))] = ringEntry{user: w.ID, op: wcop}
-			s := &ch.swr[n]
-			*s = C.struct_cap_swr{
-				wr_id:       C.uint64_t(seq),
-				remote_addr: C.uint64_t(w.RemoteAddr),
-				rkey:        C.uint32_t(w.RKey),
-				imm:         C.uint32_t(w.Imm),
-				inv_rkey:    C.uint32_t(w.InvRKey),
-				num_sge:     C.uint32_t(len(w.SGL)),
-				opcode:      C.uint32_t(code),
-				flags:       C.uint32_t(sendFlags(w.Flags)),
-			}
-			for _, g := range w.SGL {
-				ch.sge[nsge] = C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)}
-				nsge++
-			}
-			n++
+	// The valid prefix fits the chain: it never exceeds the ring's limit.
+	n := 0
+	var bad error
+	for n < len(wrs) {
+		if bad = q.checkSend(&wrs[n]); bad != nil {
+			break
 		}
-		if n > 0 {
-			var badIdx C.int
-			if rc := C.cap_post_send(q.qp, ch.c, C.int(n), &badIdx); rc != 0 {
-				r.tail += uint64(badIdx)
-				return &rdma.PostError{Index: i + int(badIdx), Err: postErr("ibv_post_send", rc)}
-			}
-			r.tail += uint64(n)
-			i += n
+		if int(r.tail-r.head)+n >= r.limit {
+			bad = rdma.ErrQueueFull
+			break
 		}
-		if bad != nil {
-			return &rdma.PostError{Index: i, Err: bad}
+		_, wcop, _ := wrOpcode(wrs[n].Op)
+		seq := r.tail + uint64(n)
+		r.ents[seq%uint64(len(r.ents))] = ringEntry{user: wrs[n].ID, op: wcop}
+		n++
+	}
+	if n > 0 {
+		q.sendC.fillSend(wrs[:n], r.tail)
+		var badIdx C.int
+		if rc := C.cap_post_send(q.qp, q.sendC.c, C.int(n), &badIdx); rc != 0 {
+			r.tail += uint64(badIdx)
+			return &rdma.PostError{Index: int(badIdx), Err: postErr("ibv_post_send", rc)}
 		}
+		r.tail += uint64(n)
+	}
+	if bad != nil {
+		return &rdma.PostError{Index: n, Err: bad}
 	}
 	return nil
 }
