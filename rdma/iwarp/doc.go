@@ -1,0 +1,137 @@
+// Package iwarp is capsule's userspace iWARP provider: RDMA over TCP with
+// MPA framing (RFC 5044), DDP (RFC 5041), RDMAP (RFC 5040) and the
+// Immediate Data extension of RFC 7306. It registers the "iwarp" scheme:
+//
+//	iwarp://127.0.0.1:4420
+//
+// Import it (or rdma/providers) for its init to call rdma.Register. New
+// makes a provider with options (WithCRC(false), WithMaxSegment, …).
+//
+// # Model
+//
+// One TCP connection per QP. Connect sends an MPA Request carrying the CM
+// private data; the listener's ConnRequest answers with an MPA Reply (the
+// accept's private data) or a Reply with R set (Reject; the dialer gets
+// *rdma.RejectError with the reject's private data). Markers are never
+// used; CRC32C is asked for by default and used when either side asks.
+//
+// Each message is cut into DDP segments of at most WithMaxSegment payload
+// bytes (default 65512, so a segment fits the 16-bit ULPDU_Length), each
+// framed as one FPDU. Verbs map onto RDMAP as follows:
+//
+//	OpSend      Send (Send with SE if Solicited)                QN 0
+//	OpSendInv   Send with Invalidate (… with SE and Invalidate) QN 0
+//	OpWrite     RDMA Write                                      tagged
+//	OpRead      one RDMA Read Request per SGE (QN 1), answered
+//	            by tagged Read Responses into that SGE
+//	OpWriteImm  RDMA Write, then RFC 7306 Immediate Data (opcode
+//	            1000b, or 1001b with Solicited) on QN 0 with kind 0
+//	OpSendImm   Immediate Data with kind 1, then the Send       QN 0
+//
+// RFC 7306 Immediate Data is an untagged 8-byte message on queue 0 that
+// takes an MSN there. Its 8 bytes are the ULP's; this provider puts the
+// 32-bit verbs immediate in the first 4 and a kind word in the next 4.
+// Kind 0 (Write with Immediate) consumes one Recv at the receiver, which
+// completes as WCRecvWriteImm with WCWithImm, Imm, and ByteLen the length
+// of the RDMA Write message just before it; the Recv's buffer is not
+// touched. Kind 1 (Send with Immediate) consumes no Recv: it attaches the
+// value to the Send that must follow it at once, whose Recv completes as
+// WCRecv with WCWithImm. Either way the receiver sees exactly one Recv
+// completion. Terminate uses QN 2.
+//
+// # Where the work runs
+//
+// PostSend copies the WRs into pre-allocated slots and then the calling
+// goroutine transmits them itself, under the connection's write lock, one
+// writev per batch of up to 16 FPDUs (header, payload slices straight
+// from registered memory, pad and CRC), releasing the lock between
+// batches. When another goroutine is already transmitting, PostSend
+// leaves its WRs to it and returns. So a large Write blocks its poster
+// while TCP accepts it, and concurrent posters return at once.
+//
+// Each connected QP runs two goroutines. The receiver reads FPDUs,
+// reading payloads from the socket directly into their destination (the
+// region an RDMA Write or Read Response names, or the Recv's SGL; at most
+// 128 bytes of look-ahead are copied), answers nothing itself but queues
+// inbound Read Requests, and never blocks on the socket's write side. The
+// responder sends Read Responses (interleaved with the poster's FPDUs at
+// batch boundaries) and resumes the send queue when a Fence or the Read
+// depth made it wait.
+//
+// # Invariants and semantics
+//
+//   - Sends and Writes complete once written to TCP; Reads when their last
+//     Read Response is placed. Completions of a QP are in posting order.
+//     Unsignaled WRs complete silently; errors are always reported.
+//   - Every remote access (inbound Write, inbound Read Request) is checked
+//     with soft.KeyTable.Acquire for rkey, bounds and rights before a byte
+//     moves, and the region is held (Acquire … Release) while bytes move,
+//     so Deregister waits for it. A failed check answers with a Terminate
+//     (RDMAP layer, remote protection error, code invalid STag, base or
+//     bounds, or access rights, with the offending DDP header and, for a
+//     Read Request, the Read Request header copied), and both QPs go to
+//     StateError with Err() RemAccessErr.
+//   - Read Requests that fail are answered in order: the Terminate follows
+//     the responses to the requests before it.
+//   - A Read Response must match the oldest outstanding Read Request (sink
+//     STag, offset, length); anything else is a protocol error, so a peer
+//     cannot write into local memory through a forged response.
+//   - A Send or Write with Immediate that finds no Recv makes the receiver
+//     stop reading the stream for up to (RNRRetry+1)*RNRTimeout; then it
+//     sends a Terminate (DDP untagged buffer error, no buffer available)
+//     and both QPs fail with RNRRetryExcErr.
+//   - A Send longer than its Recv completes that Recv with LocLenErr and
+//     sends a Terminate (DDP, message too long); the sender's QP fails
+//     with RemInvReqErr.
+//   - Malformed input (bad CRC, ULPDU_Length shorter than its header,
+//     wrong DDP or RDMAP version, unknown opcode, an opcode in the wrong
+//     buffer model, bad queue number, MSN or MO out of sequence, wrong
+//     length for a Read Request, Immediate Data or Terminate) gets a
+//     Terminate with the matching cause and ends that connection only.
+//     The receiver never allocates for a frame: payloads land in registered
+//     memory, headers and control messages in fixed buffers.
+//   - On StateError the oldest outstanding send WR completes with the
+//     status that caused it (RemAccessErr for the faulting Read,
+//     RNRRetryExcErr, RetryExcErr when the connection was lost), the rest
+//     and all Recvs with WRFlushErr. SetError and Close flush with
+//     WRFlushErr and close the connection.
+//   - ReadDepth (128) bounds outstanding Read Requests in both directions;
+//     a Read WR takes one per SGE. More wait in the send queue (as a Fence
+//     does), and a peer that exceeds it gets a Terminate.
+//
+// # Concurrency
+//
+// PD, MR and QP methods are safe for concurrent use. Each QP documents its
+// lock order at the type: mu, then sq.mu, then rq.mu, then the CQ's lock;
+// the write lock (tx.mu) and the inbound Read queue lock are never held
+// with another. Steady-state posting, transmitting, receiving and
+// completing allocate nothing.
+//
+// # Sharp edges
+//
+//   - Payload bytes are placed before the FPDU's CRC is checked (the check
+//     needs all of them). A CRC failure terminates the connection and the
+//     message never completes, and the write had already passed its STag,
+//     bounds and rights check, so only memory the peer could write anyway
+//     can hold its bytes.
+//   - A region is held (read-locked) while a payload streams into it or a
+//     Read Response batch streams out of it, so Deregister can wait for a
+//     slow peer for as long as one segment or batch takes.
+//   - Local SGEs are checked when the WR is transmitted (or a Recv is
+//     filled), not at post: a bad lkey completes the WR with LocProtErr and
+//     fails the QP. Inline SGEs whose lkey does not resolve are read from
+//     their Addr as a raw address, as verbs does; it must be valid.
+//   - After a Terminate the QP keeps reading, discarding, until the peer
+//     closes or 2 s pass, so Close of such a QP may take that long.
+//   - MPA revision 1 only (RFC 6581 is not spoken), no markers; shared
+//     receive queues are not implemented (CreateSRQ: ErrNotSupported).
+//     Solicited events are sent (SE opcodes) but raise nothing locally:
+//     the CQ API has no notification arming.
+//
+// # Libraries
+//
+// Only the standard library: net (TCPConn, net.Buffers for writev),
+// hash/crc32 (Castagnoli, hardware accelerated), and the shared
+// rdma/internal/soft CQ and KeyTable. The wire formats live in
+// internal/wire.
+package iwarp
