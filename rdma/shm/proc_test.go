@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -43,6 +44,9 @@ func TestMain(m *testing.M) {
 // private data) and echoes every message it receives until the
 // connection ends.
 func runPeer(role, name string) error {
+	if strings.HasPrefix(role, "doorbell-") {
+		return runDoorbellPeer(role)
+	}
 	if role != "echo" {
 		return fmt.Errorf("unknown role %q", role)
 	}
