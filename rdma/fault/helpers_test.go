@@ -2,7 +2,10 @@ package fault
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/capsule-storage/capsule/rdma"
 	_ "github.com/capsule-storage/capsule/rdma/iwarp"
+	_ "github.com/capsule-storage/capsule/rdma/shm"
 )
 
 // end is one side of a test connection through the fault provider.
@@ -30,19 +34,42 @@ type conn struct {
 
 const recvSize = 1024
 
+// wrapped lists the providers the tests run over.
+var wrapped = []string{"iwarp", "shm"}
+
+// eachProvider runs test once per wrapped provider.
+func eachProvider(t *testing.T, test func(t *testing.T, p string)) {
+	for _, p := range wrapped {
+		t.Run(p, func(t *testing.T) { test(t, p) })
+	}
+}
+
+var shmNames atomic.Uint64
+
+// urls returns the listen URL and the OpenPD URL of a fresh endpoint of p.
+func urls(p string) (listen, open string) {
+	if p == "shm" {
+		u := fmt.Sprintf("fault+shm://fault-test-%d-%d", os.Getpid(), shmNames.Add(1))
+		return u, u
+	}
+	return "fault+" + p + "://127.0.0.1:0", "fault+" + p + "://127.0.0.1"
+}
+
 // newConn connects two QPs and posts recvs Recvs of recvSize bytes on
 // each side, at offsets 0, recvSize, ... of its region.
-func newConn(t *testing.T, cfg rdma.QPConfig, recvs int) *conn {
+func newConn(t *testing.T, p string, cfg rdma.QPConfig, recvs int) *conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := rdma.Listen(ctx, "fault+iwarp://127.0.0.1:0")
+	lu, ou := urls(p)
+	l, err := rdma.Listen(ctx, lu)
 	require.NoError(t, err)
 	defer l.Close()
-	require.True(t, strings.HasPrefix(l.Addr(), "fault+iwarp://"), l.Addr())
+	prefix := "fault+" + p + "://"
+	require.True(t, strings.HasPrefix(l.Addr(), prefix), l.Addr())
 	mk := func() *end {
 		e := &end{}
-		e.pd, err = rdma.OpenPD("fault+iwarp://127.0.0.1")
+		e.pd, err = rdma.OpenPD(ou)
 		require.NoError(t, err)
 		e.cq, err = e.pd.CreateCQ(1024)
 		require.NoError(t, err)
@@ -63,7 +90,7 @@ func newConn(t *testing.T, cfg rdma.QPConfig, recvs int) *conn {
 		})
 		return e
 	}
-	c := &conn{dial: mk(), acc: mk(), addr: strings.TrimPrefix(l.Addr(), "fault+iwarp://")}
+	c := &conn{dial: mk(), acc: mk(), addr: strings.TrimPrefix(l.Addr(), prefix)}
 	errc := make(chan error, 1)
 	go func() {
 		req, err := l.Accept(ctx)
