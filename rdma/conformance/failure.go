@@ -158,11 +158,11 @@ func (r *peerRegion) unmarshal(b []byte) error {
 
 // Shape of the mid-transfer cases.
 var (
-	failChunk   = scaled(1<<20, 4) // bytes per Write and Read
-	failSend    = 64 << 10         // bytes per Send
-	failDepth   = 8                // WRs in flight
-	failRecvs   = 64               // receives the peer keeps posted
-	failTrigger = 24               // successful WRs before the failure
+	failChunk   = 1 << 20  // bytes per Write and Read
+	failSend    = 64 << 10 // bytes per Send
+	failDepth   = 8        // WRs in flight
+	failRecvs   = 64       // receives the peer keeps posted
+	failTrigger = 24       // successful WRs before the failure
 )
 
 // repostReceives keeps failRecvs receives of failSend bytes posted on qp

@@ -122,7 +122,7 @@ func testWriteReadSGL(t *testing.T, env Env) {
 // completes, the Write's bytes are in place.
 func testOrderWriteSend(t *testing.T, env Env) {
 	const rounds = 8
-	n := scaled(1<<20, 4)
+	n := 1 << 20
 	p := setup(t, env, 0)
 	remote := p.allocB(n, rdma.AccessAll, 1)
 	src := p.allocA(n, rdma.AccessLocalWrite, 2)
@@ -156,7 +156,7 @@ func testOrderWriteSend(t *testing.T, env Env) {
 // in one PostSend or two.
 func testOrderWriteRead(t *testing.T, env Env) {
 	const rounds = 8
-	n := scaled(1<<20, 4)
+	n := 1 << 20
 	p := setup(t, env, 0)
 	remote := p.allocB(n, rdma.AccessAll, 1)
 	src := p.allocA(n, rdma.AccessLocalWrite, 2)

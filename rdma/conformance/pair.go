@@ -409,11 +409,3 @@ func postErrorIndex(t testing.TB, err, want error) int {
 	require.ErrorIs(t, err, want)
 	return pe.Index
 }
-
-// scaled returns n, or n/div under the race detector.
-func scaled(n, div int) int {
-	if raceEnabled {
-		return max(1, n/div)
-	}
-	return n
-}

@@ -93,7 +93,7 @@ func connectMany(t *testing.T, p *pair, cqA, cqB func(i int) (rdma.CQ, error), p
 // the round; one poller per side sorts the completions by WC.QPNum.
 func testManyQPsSharedCQ(t *testing.T, env Env) {
 	const rounds = 8
-	chunk := scaled(64<<10, 4)
+	chunk := 64 << 10
 	depth := manyQPs * rounds * 2
 	p := setup(t, env, depth)
 	slot := func(q, r int) int { return (q*rounds + r) * chunk }
@@ -189,7 +189,7 @@ func testManyQPsSharedCQ(t *testing.T, env Env) {
 // its own goroutine.
 func testManyQPsCQEach(t *testing.T, env Env) {
 	const rounds = 8
-	chunk := scaled(64<<10, 4)
+	chunk := 64 << 10
 	p := setup(t, env, 16)
 	slot := func(q, r int) int { return (q*rounds + r) * chunk }
 	src := p.allocA(manyQPs*rounds*chunk, rdma.AccessLocalWrite, 1)

@@ -1,6 +1,0 @@
-//go:build !race
-
-package conformance
-
-// raceEnabled reports whether the binary was built with -race.
-const raceEnabled = false
