@@ -108,5 +108,5 @@ func (c *Completion) Err() error { return c.Status.Err() }
 
 // String describes the completion for logs.
 func (c *Completion) String() string {
-	return fmt.Sprintf("cid=%d sqhd=%d dw0=%#x: %v", c.CID, c.SQHD, c.DW0, c.Status)
+	return fmt.Sprintf("cid=%d sqhd=%d dw0=%#x: %s", c.CID, c.SQHD, c.DW0, c.Status.String())
 }
