@@ -143,10 +143,10 @@ func TestSGLKinds(t *testing.T) {
 		{dataBlockSGL, SGLKindDataBlock},
 		{bitBucketSGL, SGLKindBitBucket},
 		{nullSGL, SGLKindNull},
-		{descriptor("00000000 00000000 00000000 000000 41"), SGLKindOther}, // keyed, offset subtype
-		{descriptor("00000000 00000000 00000000 000000 50"), SGLKindOther}, // transport, address subtype
-		{descriptor("00000000 00000000 00000000 000000 60"), SGLKindOther}, // reserved type
-		{descriptor("00000000 00000000 00000000 000000 f0"), SGLKindOther}, // vendor specific
+		{descriptor("00000000 00000000 00000000 000000 41"), SGLKindOther},     // keyed, offset subtype
+		{descriptor("00000000 00000000 00000000 000000 50"), SGLKindOther},     // transport, address subtype
+		{descriptor("00000000 00000000 00000000 000000 60"), SGLKindOther},     // reserved type
+		{descriptor("00000000 00000000 00000000 000000 f0"), SGLKindOther},     // vendor specific
 		{descriptor("00000000 00000000 00000000 000001 00"), SGLKindDataBlock}, // reserved byte set: not NULL
 	} {
 		assert.Equal(t, tc.kind, tc.d.Kind(), "identifier %02Xh", tc.d[15])
