@@ -101,11 +101,23 @@ func (c *cq) Wait(ctx context.Context, wc []rdma.WC) (int, error) {
 		if n, err := c.Poll(wc); n > 0 || err != nil {
 			return n, err
 		}
-		err := c.pfd.wait(ctx, func() bool { return C.cap_cq_event(c.ch) == 0 })
+		err := c.pfd.wait(ctx, c.takeEvent)
 		if err != nil {
 			return 0, err
 		}
 	}
+}
+
+// takeEvent consumes one completion channel event; true also once the CQ
+// is closed, so that Wait's next Poll reports it. It holds the mutex so
+// that Close cannot destroy the channel under it.
+func (c *cq) takeEvent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return true
+	}
+	return C.cap_cq_event(c.ch) == 0
 }
 
 func (c *cq) arm() C.int {
@@ -134,7 +146,9 @@ func (c *cq) Close() error {
 	c.closed.Store(true)
 	c.dev.setCQ(c, false)
 	c.pfd.Close()
-	C.ibv_destroy_comp_channel(c.ch)
+	if r := C.ibv_destroy_comp_channel(c.ch); r != 0 {
+		return callErr("ibv_destroy_comp_channel", r)
+	}
 	return nil
 }
 
