@@ -20,13 +20,13 @@ type side struct {
 
 // pairOpts configures newPair.
 type pairOpts struct {
-	cfg       rdma.QPConfig
-	prov      *Provider
-	mrSize    int
-	access    rdma.Access
-	preRecv   int // Recvs posted on each side before connecting, of 4 KiB each at the MR start
-	private   []byte
-	acceptPD  []byte
+	cfg      rdma.QPConfig
+	prov     *Provider
+	mrSize   int
+	access   rdma.Access
+	preRecv  int // Recvs posted on each side before connecting, of 4 KiB each at the MR start
+	private  []byte
+	acceptPD []byte
 }
 
 // newPair connects two QPs over loopback and registers cleanup.

@@ -50,7 +50,11 @@ type qp struct {
 	tx   txPath
 	rx   rxState       // owned by the receiver goroutine
 	wake chan struct{} // one token: the responder has work
-	wg   sync.WaitGroup
+
+	respEntry irqEntry  // responder-owned: the request being answered
+	respSegs  [1][]byte // responder-owned gather list of a Read Response
+	respCur   cursor    // responder-owned
+	wg        sync.WaitGroup
 }
 
 var _ rdma.QP = (*qp)(nil)
@@ -257,19 +261,22 @@ func (q *qp) responder() {
 			return
 		}
 		for {
+			// Take the request off the queue before answering it: once
+			// the answer is out the peer may reuse its place at once.
 			e, ok := q.irq.peek()
 			if !ok {
 				break
 			}
+			q.respEntry = *e
+			q.irq.pop()
+			e = &q.respEntry
 			if e.bad {
-				st := statusOf(e.term.cause)
-				q.fail(st, &e.term)
+				q.fail(statusOf(e.term.cause), &e.term)
 				return
 			}
 			if !q.readResponse(e) {
 				return
 			}
-			q.irq.pop()
 		}
 		q.kickSend()
 	}

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/capsule-storage/capsule/rdma"
@@ -18,6 +19,7 @@ import (
 // much of a payload is copied through it.
 type rxReader struct {
 	conn *net.TCPConn
+	raw  syscall.RawConn // for raceAcquire
 	buf  [128]byte
 	r, w int
 }
@@ -54,6 +56,9 @@ func (d *rxReader) readInto(p []byte) error {
 	k := copy(p, d.buf[d.r:d.w])
 	d.r += k
 	if k < len(p) {
+		if raceEnabled {
+			d.raceAcquire()
+		}
 		_, err := io.ReadFull(d.conn, p[k:])
 		return err
 	}

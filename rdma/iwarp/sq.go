@@ -254,11 +254,15 @@ func (q *qp) retireLocked() {
 	}
 }
 
-// flushSendLocked completes every WR still queued: the oldest with st
-// (the error that moved the QP to Error), the rest with WRFlushErr.
+// flushSendLocked completes every WR still queued: the oldest, if it was
+// on the wire, with st (the error that moved the QP to Error), the rest
+// with WRFlushErr.
 func (q *qp) flushSendLocked(st rdma.WCStatus) {
 	s := &q.sq
 	s.flushed = true
+	if s.head == s.next {
+		st = rdma.WRFlushErr
+	}
 	for ; s.head != s.tail; s.head++ {
 		w := s.slot(s.head)
 		q.pushSendWC(w.wr.ID, st, wcOpOf[w.wr.Op])
@@ -457,8 +461,7 @@ func (r *readRespQueue) pop() {
 func (q *qp) readResponse(e *irqEntry) bool {
 	size := uint64(e.rr.Size)
 	seg := uint64(q.prov.cfg.maxSegment)
-	var segs [1][]byte
-	var c cursor
+	segs, c := &q.respSegs, &q.respCur
 	for off := uint64(0); ; {
 		n := min(size-off, seg*fpduBatch)
 		r, b, ok := q.pd.keys.Acquire(e.rr.SrcSTag, e.rr.SrcTO+off, n, rdma.AccessRemoteRead)
@@ -475,7 +478,7 @@ func (q *qp) readResponse(e *irqEntry) bool {
 			m := min(seg, n-k)
 			h := wire.Header{Tagged: true, Last: off+k+m == size, Opcode: wire.OpReadResponse,
 				STag: e.rr.SinkSTag, TO: e.rr.SinkTO + off + k}
-			q.tx.fpdu(&h, nil, &c, int(m))
+			q.tx.fpdu(&h, nil, c, int(m))
 			if k += m; k == n {
 				break
 			}
@@ -484,6 +487,7 @@ func (q *qp) readResponse(e *irqEntry) bool {
 		err := q.tx.err
 		q.tx.mu.Unlock()
 		r.Release()
+		segs[0] = nil
 		if err != nil {
 			q.fail(rdma.RetryExcErr, nil)
 			return false

@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"net"
 	"sync"
+	"syscall"
 
 	"github.com/capsule-storage/capsule/rdma/iwarp/internal/wire"
 )
@@ -29,6 +30,7 @@ const (
 type txPath struct {
 	mu   sync.Mutex // guards every field below and the conn's write side
 	conn *net.TCPConn
+	raw  syscall.RawConn // for raceRelease
 	crc  bool
 	// hdr and trl are pre-allocated header and trailer scratch for one
 	// batch; bufs is the backing array of nb, the writev vector.
@@ -113,6 +115,9 @@ func (t *txPath) fpdu(h *wire.Header, body []byte, c *cursor, n int) {
 // flush writes the batch with one writev. The caller holds mu.
 func (t *txPath) flush() {
 	if len(t.nb) > 0 && t.err == nil {
+		if raceEnabled {
+			t.raceRelease()
+		}
 		_, t.err = t.nb.WriteTo(t.conn)
 	}
 	clear(t.bufs[:cap(t.bufs)])
