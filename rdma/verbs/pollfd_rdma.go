@@ -1,4 +1,4 @@
-//go:build rdma
+//go:build rdma && cgo
 
 package verbs
 
