@@ -262,11 +262,19 @@ func benchTCPPingPong(b *testing.B, n int) {
 	}
 }
 
-// pingRecvs is the number of receives each side of a ping-pong keeps posted.
-const pingRecvs = 4
+const (
+	// pingRecvs is the number of receives each side of a ping-pong keeps
+	// posted.
+	pingRecvs = 4
+	// pingSignalEvery: every so many Sends is signaled, so that a
+	// provider that frees send queue slots only on a polled completion
+	// (as hardware does) never fills its queue.
+	pingSignalEvery = 8
+)
 
 // benchRDMAPingPong: an n-byte inline Send each way, one round trip per
-// op. The passive side echoes every receive from its own goroutine.
+// op, every pingSignalEvery-th Send signaled. The passive side echoes
+// every receive from its own goroutine.
 func benchRDMAPingPong(b *testing.B, scheme string, env Env, n int) {
 	p := benchPair(b, scheme, env)
 	bufA := p.allocA(n*(pingRecvs+1), rdma.AccessLocalWrite, 1)
@@ -279,7 +287,7 @@ func benchRDMAPingPong(b *testing.B, scheme string, env Env, n int) {
 		return wrs
 	}
 	recvA, recvB := recvs(bufA), recvs(bufB)
-	cfg := rdma.QPConfig{SignalAll: true, MaxSendWR: 16, MaxRecvWR: 16}
+	cfg := rdma.QPConfig{MaxSendWR: 2 * pingSignalEvery, MaxRecvWR: 16}
 	p.connect(pairOptions{cfgA: cfg, cfgB: cfg,
 		primeA: func(qp rdma.QP) error { return qp.PostRecv(recvA) },
 		primeB: func(qp rdma.QP) error { return qp.PostRecv(recvB) }})
@@ -291,6 +299,7 @@ func benchRDMAPingPong(b *testing.B, scheme string, env Env, n int) {
 	go func() {
 		defer cancel() // ends the active side's wait if the echo fails
 		wc := make([]rdma.WC, 8)
+		sent := 0
 		for {
 			k, err := p.cqB.Wait(ctx, wc)
 			if err != nil {
@@ -307,6 +316,8 @@ func benchRDMAPingPong(b *testing.B, scheme string, env Env, n int) {
 						echoed <- err
 						return
 					}
+					sent++
+					sendB[0].Flags = pingFlags(sent)
 					if err := p.b.PostSend(sendB); err != nil {
 						echoed <- err
 						return
@@ -325,7 +336,8 @@ func benchRDMAPingPong(b *testing.B, scheme string, env Env, n int) {
 	wc := make([]rdma.WC, 8)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for range b.N {
+	for i := range b.N {
+		sendA[0].Flags = pingFlags(i + 1)
 		if err := p.a.PostSend(sendA); err != nil {
 			b.Fatal(err)
 		}
@@ -348,4 +360,12 @@ func benchRDMAPingPong(b *testing.B, scheme string, env Env, n int) {
 		}
 	}
 	b.StopTimer()
+}
+
+// pingFlags are the flags of the n-th Send (from 1) of a ping-pong side.
+func pingFlags(n int) rdma.SendFlags {
+	if n%pingSignalEvery == 0 {
+		return rdma.Inline | rdma.Signaled
+	}
+	return rdma.Inline
 }
