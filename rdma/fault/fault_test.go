@@ -407,3 +407,38 @@ func testRemovedRuleStops(t *testing.T, p string) {
 	assert.Equal(t, "kept", got)
 	assert.Equal(t, 1, r.Hits())
 }
+
+func TestHeldWRsFlushWhenTheQPFails(t *testing.T) { eachProvider(t, testHeldWRsFlushWhenTheQPFails) }
+
+func testHeldWRsFlushWhenTheQPFails(t *testing.T, p string) {
+	c := newConn(t, p, rdma.QPConfig{}, 0)
+	c.inj.Delay(Match{Ops: []rdma.Opcode{rdma.OpSend}}, time.Hour)
+	c.dial.mr.Bytes()[srcOff] = 'x'
+	require.NoError(t, c.dial.qp.PostSend([]rdma.SendWR{
+		{ID: 1, Op: rdma.OpSend, Flags: rdma.Signaled, SGL: []rdma.SGE{rdma.SGEOf(c.dial.mr, srcOff, 1)}},
+		{ID: 2, Op: rdma.OpWrite, Flags: rdma.Signaled, SGL: []rdma.SGE{rdma.SGEOf(c.dial.mr, srcOff, 1)},
+			RemoteAddr: c.acc.mr.Addr(), RKey: c.acc.mr.RKey()},
+	}))
+	// Nothing would complete for an hour; failing the QP flushes both, in order.
+	c.dial.qp.SetError()
+	for _, id := range []uint64{1, 2} {
+		wc := waitWC(t, c.dial.cq)
+		assert.Equal(t, id, wc.ID)
+		assert.Equal(t, rdma.WRFlushErr, wc.Status)
+	}
+	assert.Zero(t, c.acc.mr.Bytes()[0], "the held Write never reached the peer")
+	assert.Equal(t, 1, c.inj.Count(Delay), "only the Send matched; the Write waited behind it")
+}
+
+func TestDropRead(t *testing.T) { eachProvider(t, testDropRead) }
+
+func testDropRead(t *testing.T, p string) {
+	c := newConn(t, p, rdma.QPConfig{SignalAll: true}, 0)
+	copy(c.acc.mr.Bytes(), "remote")
+	c.inj.Drop(Match{Ops: []rdma.Opcode{rdma.OpRead}})
+	require.NoError(t, c.dial.qp.PostSend([]rdma.SendWR{{ID: 3, Op: rdma.OpRead,
+		SGL: []rdma.SGE{rdma.SGEOf(c.dial.mr, 0, 6)}, RemoteAddr: c.acc.mr.Addr(), RKey: c.acc.mr.RKey()}}))
+	wc := sendWC(waitWC(t, c.dial.cq))
+	assert.Equal(t, rdma.WC{ID: 3, Status: rdma.Success, Opcode: rdma.WCRead, QPNum: c.dial.qp.Num()}, wc)
+	assert.Equal(t, make([]byte, 6), c.dial.mr.Bytes()[:6], "a dropped Read leaves its sink untouched")
+}
