@@ -107,6 +107,8 @@
 //     good; the QPs on it fail with the device's own error completions.
 //   - Connect through a device other than the PD's fails: the QP's id is
 //     bound to the PD's local address.
+//   - The device count is read once, when the provider is first used: a
+//     device that appears later needs a new process.
 //   - Nothing here can run on a machine without an RDMA device; the
 //     package's tests check the translation tables, the chains and the
 //     rings, and skip the device tests with a reason.

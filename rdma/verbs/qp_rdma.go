@@ -538,6 +538,9 @@ func (q *qp) accept(r *connReq, private []byte) error {
 		rc = C.cap_accept(r.id, q.qp, p, C.int(len(private)), C.int(r.respRes), C.int(r.initDep),
 			C.int(rnrRetryCount(q.cfg.RNRRetry)), C.int(rnrTimerCode(q.cfg.RNRTimeout)))
 	}
+	if rc != 0 && !q.destroyed {
+		C.cap_reject(r.id, nil, 0) // do not leave the peer waiting for an answer
+	}
 	q.life.Unlock()
 	if rc != 0 {
 		q.fail(rdma.WRFlushErr)
