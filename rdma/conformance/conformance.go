@@ -8,8 +8,9 @@ import (
 type Env struct {
 	// ListenURL returns a URL to listen on that no other listener uses,
 	// such as "iwarp://127.0.0.1:0" or "shm://conformance-1234-7". It is
-	// called once per connection setup. The suite opens its PDs and
-	// connects with the address the Listener reports (Listener.Addr).
+	// called for every listener the suite starts; a case has at most one
+	// listening at a time. The suite opens its PDs and connects with the
+	// address the Listener reports (Listener.Addr).
 	ListenURL func() string
 
 	// CompleteOnHandoff says that Sends and Writes complete once they are
