@@ -218,10 +218,10 @@ type QPConfig struct {
 
 // Defaults for QPConfig.
 const (
-	DefaultMaxSendWR    = 128
-	DefaultMaxRecvWR    = 128
-	DefaultMaxSGE       = 4
-	DefaultMaxInline    = 256
+	DefaultMaxSendWR  = 128
+	DefaultMaxRecvWR  = 128
+	DefaultMaxSGE     = 4
+	DefaultMaxInline  = 256
 	DefaultRNRRetry   = 7
 	DefaultRNRTimeout = 10 * time.Millisecond
 )
