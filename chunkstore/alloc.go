@@ -1,0 +1,140 @@
+package chunkstore
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// allocator hands out physical stripe slots. Slot p is the p-th shard slot
+// of every device's shard file. A slot is in use while any extent may
+// still point at it: the in-memory maps, the committed metadata, or a
+// commit in flight.
+//
+// Copy-on-write needs one rule from it: a slot that an extent stopped
+// using is not reused until a commit that no longer references it has
+// completed on every replica. release therefore tags the slot with the
+// current epoch; a commit begins by bumping the epoch and, when it has
+// completed, frees the slots released before it began (commitDone). A slot
+// that was never referenced by anything (a write that failed) goes back at
+// once (abort).
+type allocator struct {
+	// mu guards every field. It is a leaf lock: nothing is taken while it
+	// is held.
+	mu      sync.Mutex
+	used    []uint64 // bitmap of slots in use
+	high    uint64   // slots below high have been handed out at least once
+	hint    uint64   // no free slot below hint
+	epoch   uint64
+	pending []pendingSlot
+	inUse   uint64
+}
+
+type pendingSlot struct{ slot, epoch uint64 }
+
+func (a *allocator) isSet(p uint64) bool {
+	w := p / 64
+	return w < uint64(len(a.used)) && a.used[w]&(1<<(p%64)) != 0
+}
+
+func (a *allocator) set(p uint64) {
+	w := p / 64
+	for uint64(len(a.used)) <= w {
+		a.used = append(a.used, 0)
+	}
+	if a.used[w]&(1<<(p%64)) == 0 {
+		a.used[w] |= 1 << (p % 64)
+		a.inUse++
+	}
+	if p >= a.high {
+		a.high = p + 1
+	}
+}
+
+func (a *allocator) clearBit(p uint64) {
+	w := p / 64
+	if w < uint64(len(a.used)) && a.used[w]&(1<<(p%64)) != 0 {
+		a.used[w] &^= 1 << (p % 64)
+		a.inUse--
+	}
+	if p < a.hint {
+		a.hint = p
+	}
+}
+
+// markUsed records a slot found in the metadata at Open.
+func (a *allocator) markUsed(p uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.set(p)
+}
+
+// get returns the lowest free slot.
+func (a *allocator) get() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for w := a.hint / 64; w < uint64(len(a.used)); w++ {
+		free := ^a.used[w]
+		if w == a.hint/64 {
+			free &^= (1 << (a.hint % 64)) - 1
+		}
+		if free != 0 {
+			p := w*64 + uint64(bits.TrailingZeros64(free))
+			a.set(p)
+			a.hint = p + 1
+			return p
+		}
+	}
+	p := uint64(len(a.used)) * 64
+	if a.high > p {
+		p = a.high
+	}
+	a.set(p)
+	a.hint = p + 1
+	return p
+}
+
+// abort frees a slot that nothing references.
+func (a *allocator) abort(p uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.clearBit(p)
+}
+
+// release frees a slot once the next commit has completed.
+func (a *allocator) release(p uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pending = append(a.pending, pendingSlot{slot: p, epoch: a.epoch})
+}
+
+// beginCommit starts a commit: slots released so far are freed by
+// commitDone of the returned epoch. Call it before taking the snapshot.
+func (a *allocator) beginCommit() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.epoch
+	a.epoch++
+	return e
+}
+
+// commitDone frees the slots released up to epoch e.
+func (a *allocator) commitDone(e uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	keep := a.pending[:0]
+	for _, ps := range a.pending {
+		if ps.epoch <= e {
+			a.clearBit(ps.slot)
+		} else {
+			keep = append(keep, ps)
+		}
+	}
+	a.pending = keep
+}
+
+// usage returns the slots in use and the high-water mark.
+func (a *allocator) usage() (inUse, high uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.inUse, a.high
+}

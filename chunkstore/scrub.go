@@ -1,0 +1,585 @@
+package chunkstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/capsule-storage/capsule/chunkstore/vfs"
+)
+
+// repairQueue holds stripes a read found damaged.
+type repairQueue struct {
+	// mu guards keys. Leaf lock.
+	mu   sync.Mutex
+	keys map[stripeKey]struct{}
+}
+
+func (q *repairQueue) init() { q.keys = map[stripeKey]struct{}{} }
+
+func (q *repairQueue) add(k stripeKey) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.keys[k] = struct{}{}
+}
+
+func (q *repairQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.keys)
+}
+
+func (q *repairQueue) take() []stripeKey {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ks := make([]stripeKey, 0, len(q.keys))
+	for k := range q.keys {
+		ks = append(ks, k)
+	}
+	q.keys = map[stripeKey]struct{}{}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].less(ks[j]) })
+	return ks
+}
+
+// stripeRef names a stripe and who owns it.
+type stripeRef struct {
+	key   stripeKey
+	vol   *Volume // nil for a chunk stripe
+	chunk ChunkID
+}
+
+// stripeRefs lists every mapped stripe, ordered by key.
+func (s *Store) stripeRefs() []stripeRef {
+	var refs []stripeRef
+	for _, v := range s.volumeList() {
+		v.mu.Lock()
+		for idx := range v.extents {
+			refs = append(refs, stripeRef{key: v.key(idx), vol: v})
+		}
+		v.mu.Unlock()
+	}
+	s.chunks.mu.Lock()
+	for id, r := range s.chunks.m {
+		for i := range r.Stripes {
+			refs = append(refs, stripeRef{key: stripeKey{Owner: r.Owner, Index: uint64(i)}, chunk: id})
+		}
+	}
+	s.chunks.mu.Unlock()
+	sort.Slice(refs, func(i, j int) bool { return refs[i].key.less(refs[j].key) })
+	return refs
+}
+
+// refOf finds the owner of a queued stripe key.
+func (s *Store) refOf(k stripeKey) (stripeRef, bool) {
+	s.volMu.RLock()
+	v := s.volByOwner[k.Owner]
+	s.volMu.RUnlock()
+	if v != nil {
+		return stripeRef{key: k, vol: v}, true
+	}
+	s.chunks.mu.Lock()
+	defer s.chunks.mu.Unlock()
+	id, ok := s.chunks.byOwner[k.Owner]
+	return stripeRef{key: k, chunk: id}, ok
+}
+
+// lockStripe takes the stripe's lock exclusively and returns its current
+// extent; ok is false if it is gone (rewritten to another owner, deleted).
+func (s *Store) lockStripe(ref stripeRef) (ext extent, ok bool, unlock func()) {
+	if v := ref.vol; v != nil {
+		l := v.lock(ref.key.Index)
+		l.Lock()
+		v.mu.Lock()
+		ext, ok = v.extents[ref.key.Index]
+		ok = ok && !v.deleted
+		v.mu.Unlock()
+		return ext, ok, l.Unlock
+	}
+	l := s.chunks.lock(ref.chunk)
+	l.Lock()
+	r := s.chunks.get(ref.chunk)
+	if r == nil || r.Owner != ref.key.Owner || ref.key.Index >= uint64(len(r.Stripes)) {
+		return extent{}, false, l.Unlock
+	}
+	return r.Stripes[ref.key.Index], true, l.Unlock
+}
+
+// clearMissing marks the devices in mask as holding good shards of the
+// stripe again, if it is still at ext. The stripe's lock is held.
+func (s *Store) clearMissing(ref stripeRef, ext extent, mask uint64) {
+	if v := ref.vol; v != nil {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		cur, ok := v.extents[ref.key.Index]
+		if ok && cur.Slot == ext.Slot && cur.Gen == ext.Gen && cur.Missing&mask != 0 {
+			cur.Missing &^= mask
+			v.extents[ref.key.Index] = cur
+			v.dirty[ref.key.Index] = struct{}{}
+		}
+		return
+	}
+	r := s.chunks.get(ref.chunk)
+	if r == nil || r.Owner != ref.key.Owner {
+		return
+	}
+	cur := r.Stripes[ref.key.Index]
+	if cur.Slot != ext.Slot || cur.Gen != ext.Gen || cur.Missing&mask == 0 {
+		return
+	}
+	c := *r
+	c.Stripes = append([]extent(nil), r.Stripes...)
+	c.Stripes[ref.key.Index].Missing &^= mask
+	s.chunks.swap(ref.chunk, &c)
+}
+
+// ScrubOptions configure Scrub and RepairQueued.
+type ScrubOptions struct {
+	// BytesPerSecond limits the read rate; 0 is unlimited.
+	BytesPerSecond int64
+	// NoRepair only reports; nothing is written.
+	NoRepair bool
+	// Progress, if set, is called after each stripe.
+	Progress func(Progress)
+}
+
+// Progress reports how far a scrub or rebuild has come.
+type Progress struct {
+	Stripes int64 // to do in all
+	Done    int64
+	Bytes   int64 // read so far
+}
+
+// ScrubReport counts what a scrub found.
+type ScrubReport struct {
+	// Checked stripes: every shard read and verified, data and parity
+	// compared.
+	Checked int64
+	// Damaged stripes: at least one shard missing, unreadable, corrupt
+	// or stale.
+	Damaged int64
+	// Repaired stripes: every bad shard rewritten in place.
+	Repaired int64
+	// ShardsRepaired counts the shards rewritten.
+	ShardsRepaired int64
+	// Unrecoverable stripes: fewer than K good shards, or data and parity
+	// that disagree beyond what parity can locate. Their data is not
+	// served.
+	Unrecoverable int64
+	// Degraded stripes: bad shards on devices that cannot take a repair
+	// now (missing or failed); Rebuild fixes them.
+	Degraded int64
+	// Bytes read.
+	Bytes int64
+	// Problems lists damaged stripes (the first 100).
+	Problems []StripeProblem
+}
+
+// StripeProblem is one damaged stripe.
+type StripeProblem struct {
+	Volume string  // owning volume, or ""
+	Chunk  ChunkID // owning chunk, when Volume is ""
+	Index  uint64  // stripe index in the volume or chunk
+	// Devices holds the positions of the bad shards.
+	Devices []int
+	Err     error // set when unrecoverable
+}
+
+const maxProblems = 100
+
+// Scrub verifies every stripe: it reads every shard, checks headers and
+// sector checksums, checks that data and parity agree, and rewrites bad
+// shards in place from the others (unless NoRepair). The repairs are
+// durable when it returns. Scrub runs beside normal I/O, one stripe at a
+// time under that stripe's lock; ctx cancels it.
+func (s *Store) Scrub(ctx context.Context, opts ScrubOptions) (ScrubReport, error) {
+	if err := s.checkOpen(); err != nil {
+		return ScrubReport{}, err
+	}
+	return s.scrubRefs(ctx, s.stripeRefs(), opts)
+}
+
+// RepairQueued checks and repairs the stripes that reads found damaged
+// (Stats.RepairQueue). A target calls it from a background goroutine.
+func (s *Store) RepairQueued(ctx context.Context, opts ScrubOptions) (ScrubReport, error) {
+	if err := s.checkOpen(); err != nil {
+		return ScrubReport{}, err
+	}
+	var refs []stripeRef
+	for _, k := range s.repair.take() {
+		if ref, ok := s.refOf(k); ok {
+			refs = append(refs, ref)
+		}
+	}
+	return s.scrubRefs(ctx, refs, opts)
+}
+
+type pendingFix struct {
+	ref  stripeRef
+	ext  extent
+	mask uint64
+}
+
+func (s *Store) scrubRefs(ctx context.Context, refs []stripeRef, opts ScrubOptions) (ScrubReport, error) {
+	var rep ScrubReport
+	lim := newLimiter(opts.BytesPerSecond)
+	var fixes []pendingFix
+	var err error
+	for i, ref := range refs {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		n := s.scrubStripe(ref, opts.NoRepair, &rep, &fixes)
+		rep.Bytes += n
+		if opts.Progress != nil {
+			opts.Progress(Progress{Stripes: int64(len(refs)), Done: int64(i + 1), Bytes: rep.Bytes})
+		}
+		if err = lim.wait(ctx, n); err != nil {
+			break
+		}
+	}
+	if cerr := s.applyFixes(fixes, nil); cerr != nil && err == nil {
+		err = cerr
+	}
+	return rep, err
+}
+
+// scrubStripe checks one stripe and returns the bytes it read.
+func (s *Store) scrubStripe(ref stripeRef, noRepair bool, rep *ScrubReport, fixes *[]pendingFix) int64 {
+	ext, ok, unlock := s.lockStripe(ref)
+	defer unlock()
+	if !ok {
+		return 0
+	}
+	c := s.examineStripe(ref.key, ext, 0)
+	defer c.release()
+	read := int64(ext.ShardLen) * int64(s.n)
+	rep.Checked++
+	if c.bad == 0 && c.err == nil {
+		return read
+	}
+	rep.Damaged++
+	prob := StripeProblem{Index: ref.key.Index, Err: c.err}
+	if ref.vol != nil {
+		prob.Volume = ref.vol.name
+	} else {
+		prob.Chunk = ref.chunk
+	}
+	for i := range s.n {
+		if c.bad&(1<<i) != 0 {
+			prob.Devices = append(prob.Devices, s.devOf(ext.Slot, i))
+		}
+	}
+	if len(rep.Problems) < maxProblems {
+		rep.Problems = append(rep.Problems, prob)
+	}
+	if c.err != nil {
+		rep.Unrecoverable++
+		s.log.Error("chunkstore: stripe unrecoverable", "owner", ref.key.Owner, "index", ref.key.Index, "err", c.err)
+		return read
+	}
+	if noRepair {
+		return read
+	}
+	fixed, degraded := s.rewriteShards(ref.key, ext, c, rep)
+	if degraded {
+		rep.Degraded++
+	} else {
+		rep.Repaired++
+	}
+	if fixed != 0 {
+		*fixes = append(*fixes, pendingFix{ref: ref, ext: ext, mask: fixed})
+	}
+	return read
+}
+
+// rewriteShards writes the bad shards of a checked stripe in place, on
+// every device that can take them. It returns the devices written and
+// whether some bad shard could not be written.
+func (s *Store) rewriteShards(key stripeKey, ext extent, c *stripeCheck, rep *ScrubReport) (fixed uint64, degraded bool) {
+	for i := range s.n {
+		if c.bad&(1<<i) == 0 {
+			continue
+		}
+		d := s.devs[s.devOf(ext.Slot, i)]
+		if !d.writable() {
+			degraded = true
+			continue
+		}
+		if err := s.writeShard(d, key, ext.Slot, ext.Gen, i, c.shards[i][:ext.ShardLen]); err != nil {
+			if !IsNoSpace(err) {
+				d.fail(err, s.log)
+			}
+			degraded = true
+			continue
+		}
+		fixed |= 1 << d.pos
+		s.stats.shardsRepaired.Add(1)
+		if rep != nil {
+			rep.ShardsRepaired++
+		}
+	}
+	return fixed, degraded
+}
+
+// applyFixes clears the missing marks of rewritten shards and commits;
+// the commit fsyncs the shards before the metadata says they are good.
+// extra adds to the commit (rebuild progress).
+func (s *Store) applyFixes(fixes []pendingFix, extra func()) error {
+	if len(fixes) == 0 && extra == nil {
+		return nil
+	}
+	for _, f := range fixes {
+		ext, ok, unlock := s.lockStripe(f.ref)
+		if ok && ext.Slot == f.ext.Slot && ext.Gen == f.ext.Gen {
+			s.clearMissing(f.ref, ext, f.mask)
+		}
+		unlock()
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if extra != nil {
+		extra()
+	}
+	return s.commitLocked(nil)
+}
+
+// limiter paces a scan to a byte rate.
+type limiter struct {
+	rate  int64
+	start time.Time
+	bytes int64
+}
+
+func newLimiter(rate int64) *limiter { return &limiter{rate: rate, start: time.Now()} }
+
+func (l *limiter) wait(ctx context.Context, n int64) error {
+	if l.rate <= 0 {
+		return nil
+	}
+	l.bytes += n
+	due := l.start.Add(time.Duration(float64(l.bytes) / float64(l.rate) * float64(time.Second)))
+	d := time.Until(due)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// RebuildOptions configure Rebuild.
+type RebuildOptions struct {
+	// FS is the replacement device; nil means the FS the store was opened
+	// with at that position (an emptied or new directory there).
+	FS vfs.FS
+	// BytesPerSecond limits the read rate; 0 is unlimited.
+	BytesPerSecond int64
+	// Progress, if set, is called after each stripe.
+	Progress func(Progress)
+}
+
+// RebuildReport counts what a rebuild did.
+type RebuildReport struct {
+	Stripes       int64 // stripes of the store when the pass began
+	Rebuilt       int64 // stripes whose shard was written to the device
+	Skipped       int64 // already complete (written after the rebuild began, or before a resume point)
+	Unrecoverable int64 // stripes with fewer than K good shards elsewhere
+	Bytes         int64 // bytes read
+}
+
+// rebuildCheckpoint is how many stripes a rebuild does between commits of
+// its progress.
+const rebuildCheckpoint = 256
+
+// Rebuild fills the device at pos, which must be missing, failed or
+// already rebuilding, with its shard of every stripe. A missing or failed
+// device is replaced by an empty one (opts.FS, or the directory at that
+// position), which gets a new identity; the old device is never used
+// again (Open reports it as ErrForeignDevice). The rebuild commits its
+// progress as it goes: after a crash or a cancelled ctx, Open the store and
+// call Rebuild again to resume. The store serves reads and writes
+// throughout; new writes go to the device at once.
+func (s *Store) Rebuild(ctx context.Context, pos int, opts RebuildOptions) (RebuildReport, error) {
+	var rep RebuildReport
+	if err := s.checkOpen(); err != nil {
+		return rep, err
+	}
+	if pos < 0 || pos >= s.n {
+		return rep, fmt.Errorf("%w: device position %d of %d", ErrInvalidArgument, pos, s.n)
+	}
+	d := s.devs[pos]
+	rec, err := s.startRebuild(d, opts.FS)
+	if err != nil {
+		return rep, err
+	}
+	s.log.Info("chunkstore: rebuilding device", "pos", pos, "device", d.name(), "resume", rec.Cursor)
+
+	refs := s.stripeRefs()
+	rep.Stripes = int64(len(refs))
+	lim := newLimiter(opts.BytesPerSecond)
+	var fixes []pendingFix
+	cursor := rec.Cursor
+	checkpoint := func(next stripeKey) error {
+		err := s.applyFixes(fixes, func() {
+			r := s.devRecs[pos]
+			r.Cursor = next
+			s.devRecs[pos] = r
+			s.devDirty = true
+		})
+		fixes = fixes[:0]
+		return err
+	}
+	for i, ref := range refs {
+		if ref.key.less(cursor) {
+			rep.Skipped++
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return rep, errors.Join(err, checkpoint(ref.key))
+		}
+		if !d.writable() {
+			return rep, d.devErr(fmt.Errorf("%w: %v", ErrDeviceFailed, d.getErr()))
+		}
+		n, fix := s.rebuildStripe(ref, pos, rec.StartGen, &rep)
+		if fix != nil {
+			fixes = append(fixes, *fix)
+		}
+		rep.Bytes += n
+		if opts.Progress != nil {
+			opts.Progress(Progress{Stripes: rep.Stripes, Done: int64(i + 1), Bytes: rep.Bytes})
+		}
+		if len(fixes) >= rebuildCheckpoint {
+			next := ref.key
+			next.Index++
+			if err := checkpoint(next); err != nil {
+				return rep, err
+			}
+		}
+		if err := lim.wait(ctx, n); err != nil {
+			next := ref.key
+			next.Index++
+			return rep, errors.Join(err, checkpoint(next))
+		}
+	}
+	if err := checkpoint(stripeKey{Owner: ^uint64(0), Index: ^uint64(0)}); err != nil {
+		return rep, err
+	}
+	if !d.writable() {
+		return rep, d.devErr(fmt.Errorf("%w: %v", ErrDeviceFailed, d.getErr()))
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	s.devRecs[pos] = deviceRecord{Device: s.devRecs[pos].Device, State: recHealthy}
+	s.devDirty = true
+	if err := s.commitLocked(nil); err != nil {
+		return rep, err
+	}
+	d.state.CompareAndSwap(int32(DeviceRebuilding), int32(DeviceHealthy))
+	s.log.Info("chunkstore: device rebuilt", "pos", pos, "rebuilt", rep.Rebuilt, "unrecoverable", rep.Unrecoverable)
+	return rep, nil
+}
+
+// startRebuild prepares the device at pos: resumes a rebuild in progress,
+// or formats a replacement and records it in the device table.
+func (s *Store) startRebuild(d *device, newFS vfs.FS) (deviceRecord, error) {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	pos := d.pos
+	switch d.getState() {
+	case DeviceHealthy:
+		return deviceRecord{}, d.devErr(fmt.Errorf("%w: device is healthy; nothing to rebuild (use Scrub to repair shards)", ErrInvalidArgument))
+	case DeviceRebuilding:
+		if newFS != nil && newFS != d.fsys() {
+			return deviceRecord{}, d.devErr(fmt.Errorf("%w: a rebuild onto this device is in progress; resume it without a new FS", ErrInvalidArgument))
+		}
+		return s.devRecs[pos], nil
+	}
+	fsys := newFS
+	if fsys == nil {
+		fsys = d.fsys()
+	}
+	if _, err := readIdentity(fsys); err == nil {
+		return deviceRecord{}, &DeviceError{Pos: pos, Device: fsys.String(),
+			Err: fmt.Errorf("%w: the replacement holds an identity record; give an empty directory", ErrStoreExists)}
+	}
+	var src *devFiles
+	for _, o := range s.devs {
+		if o.writable() {
+			src = o.files.Load()
+			break
+		}
+	}
+	if src == nil {
+		return deviceRecord{}, ErrTooManyFailures
+	}
+	old := s.devRecs[pos]
+	rec := deviceRecord{Device: uuid.New(), State: recRebuilding, StartGen: s.gen.Load() + 1}
+	// The table names the new device before it has an identity, so a
+	// crash in between leaves an empty device, not a foreign one.
+	s.devRecs[pos] = rec
+	s.devDirty = true
+	if err := s.commitLocked(nil); err != nil {
+		s.devRecs[pos] = old
+		return deviceRecord{}, err
+	}
+	id := identity{Device: rec.Device, Store: s.id, Pos: pos, Geo: s.geo, Unit: s.unit, Created: time.Now().UnixNano(), Golden: s.golden}
+	files, err := formatDevice(fsys, id, func(db *bolt.DB) error { return copyMeta(db, src.db) })
+	if err != nil {
+		return deviceRecord{}, &DeviceError{Pos: pos, Device: fsys.String(), Err: err}
+	}
+	if oldFiles := d.files.Load(); oldFiles != nil {
+		if oldFiles.data != nil {
+			_ = oldFiles.data.Close()
+		}
+		if oldFiles.db != nil {
+			_ = oldFiles.db.Close()
+		}
+	}
+	d.files.Store(files)
+	d.setErr(nil)
+	d.state.Store(int32(DeviceRebuilding))
+	return rec, nil
+}
+
+// rebuildStripe writes the rebuilt device's shard of one stripe (and
+// repairs any other bad shard it meets). It returns the bytes read and
+// the fix to record.
+func (s *Store) rebuildStripe(ref stripeRef, pos int, startGen uint64, rep *RebuildReport) (int64, *pendingFix) {
+	ext, ok, unlock := s.lockStripe(ref)
+	defer unlock()
+	if !ok {
+		rep.Skipped++
+		return 0, nil
+	}
+	if ext.Gen >= startGen && ext.Missing&(1<<pos) == 0 {
+		rep.Skipped++
+		return 0, nil
+	}
+	c := s.examineStripe(ref.key, ext, 1<<s.shardOf(ext.Slot, pos))
+	defer c.release()
+	read := int64(ext.ShardLen) * int64(s.n-1)
+	if c.err != nil {
+		rep.Unrecoverable++
+		s.log.Error("chunkstore: stripe unrecoverable during rebuild", "owner", ref.key.Owner, "index", ref.key.Index, "err", c.err)
+		return read, nil
+	}
+	fixed, _ := s.rewriteShards(ref.key, ext, c, nil)
+	if fixed&(1<<pos) != 0 {
+		rep.Rebuilt++
+	}
+	if fixed == 0 {
+		return read, nil
+	}
+	return read, &pendingFix{ref: ref, ext: ext, mask: fixed}
+}

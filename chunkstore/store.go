@@ -1,0 +1,744 @@
+package chunkstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/capsule-storage/capsule/chunkstore/vfs"
+)
+
+// DefaultStripeUnit is the shard size of a full stripe (see doc.go for the
+// measurement behind it).
+const DefaultStripeUnit = 64 << 10
+
+// DefaultWriteCache is the number of partially written stripes a volume
+// keeps in memory before writing them out.
+const DefaultWriteCache = 64
+
+// genReserve: generations are reserved in blocks this large, committed
+// ahead of use, so a crash never lets one be handed out twice.
+const genReserve = 1 << 40
+
+// Option configures Create and Open.
+type Option func(*options)
+
+type options struct {
+	geo     Geometry
+	geoSet  bool
+	unit    int
+	unitSet bool
+	cache   int
+	logger  *slog.Logger
+}
+
+// WithGeometry sets K+M. Create uses it (default 4+2); Open checks it
+// against the store and fails with ErrGeometryMismatch if it differs.
+func WithGeometry(g Geometry) Option { return func(o *options) { o.geo, o.geoSet = g, true } }
+
+// WithStripeUnit sets the shard size of a full stripe in bytes: a multiple
+// of 4 KiB from 4 KiB to 1 MiB (default 64 KiB). A full stripe holds K
+// units of data. Open checks it like WithGeometry.
+func WithStripeUnit(n int) Option { return func(o *options) { o.unit, o.unitSet = n, true } }
+
+// WithWriteCache sets how many partially written stripes each volume keeps
+// in memory (default 64). 0 writes every partial stripe at once.
+func WithWriteCache(stripes int) Option { return func(o *options) { o.cache = stripes } }
+
+// WithLogger sets where the store reports device failures, repairs and the
+// SIMD path it found. The default discards.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+func buildOptions(opts []Option) (options, error) {
+	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, cache: DefaultWriteCache}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	if err := o.geo.Validate(); err != nil {
+		return o, err
+	}
+	if err := validUnit(o.unit); err != nil {
+		return o, err
+	}
+	if o.cache < 0 {
+		return o, fmt.Errorf("%w: write cache of %d stripes", ErrInvalidOption, o.cache)
+	}
+	return o, nil
+}
+
+// Store is an erasure-coded store on K+M devices. It holds volumes (block
+// devices) and chunks (objects). All methods are safe for concurrent use.
+type Store struct {
+	id       uuid.UUID
+	geo      Geometry
+	n        int // K+M
+	unit     int
+	slotSize int64
+	codec    *codec
+	golden   [32]byte
+	log      *slog.Logger
+	opts     options
+	devs     []*device
+	created  int64
+
+	alloc allocator
+	gen   atomic.Uint64 // last generation handed out
+	owner atomic.Uint64 // next owner ID
+
+	// commitMu serialises commits, volume creation and deletion, and the
+	// device table. Lock order: commitMu, then a Volume's or chunk's
+	// stripe lock, then volMu / Volume.mu / chunkTable.mu, then leaf
+	// locks (allocator, repair queue, device).
+	commitMu sync.Mutex
+	seq      uint64               // last committed Seq; guarded by commitMu
+	genHigh  uint64               // committed generation reservation; guarded by commitMu
+	devRecs  map[int]deviceRecord // device table; guarded by commitMu
+	devDirty bool                 // device table changed; guarded by commitMu
+
+	// volMu guards vols and volByOwner.
+	volMu      sync.RWMutex
+	vols       map[string]*Volume
+	volByOwner map[uint64]*Volume
+
+	chunks chunkTable
+	repair repairQueue
+	stats  counters
+	bufs   bufferPool
+
+	closed atomic.Bool
+}
+
+// Create formats devs (one vfs.FS per device, in order) as a new store
+// and opens it. Every device must be empty of store files.
+func Create(devs []vfs.FS, opts ...Option) (*Store, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(devs) != o.geo.Devices() {
+		return nil, fmt.Errorf("%w: geometry %s needs %d devices, %d given", ErrInvalidArgument, o.geo, o.geo.Devices(), len(devs))
+	}
+	c, err := newCodec(o.geo)
+	if err != nil {
+		return nil, err
+	}
+	golden, err := c.checkGolden(nil)
+	if err != nil {
+		return nil, err
+	}
+	for i, fsys := range devs {
+		if _, err := readIdentity(fsys); !errors.Is(err, ErrDeviceEmpty) && !errors.Is(err, ErrDeviceMissing) {
+			return nil, &DeviceError{Pos: i, Device: fsys.String(), Err: ErrStoreExists}
+		}
+	}
+	storeID := uuid.New()
+	now := time.Now().UnixNano()
+	ids := make([]identity, len(devs))
+	recs := map[int]deviceRecord{}
+	for i := range devs {
+		ids[i] = identity{Device: uuid.New(), Store: storeID, Pos: i, Geo: o.geo, Unit: o.unit, Created: now, Golden: golden}
+		recs[i] = deviceRecord{Device: ids[i].Device, State: recHealthy}
+	}
+	b := newBatch()
+	b.super = superblock{Store: storeID, Geo: o.geo, Unit: o.unit, Seq: 1, GenHigh: genReserve, NextOwner: 1}
+	b.devices = recs
+	for i, fsys := range devs {
+		files, err := formatDevice(fsys, ids[i], func(db *bolt.DB) error { return db.Update(b.apply) })
+		if err != nil {
+			return nil, &DeviceError{Pos: i, Device: fsys.String(), Err: err}
+		}
+		_ = files.data.Close()
+		_ = files.db.Close()
+	}
+	return Open(devs, opts...)
+}
+
+// CreateDirs creates the directories and a store on them.
+func CreateDirs(dirs []string, opts ...Option) (*Store, error) {
+	return Create(osDevices(dirs), opts...)
+}
+
+// OpenDirs opens the store on the directories.
+func OpenDirs(dirs []string, opts ...Option) (*Store, error) {
+	return Open(osDevices(dirs), opts...)
+}
+
+// DeviceDirs returns the default device directories of a data directory:
+// DATA/dev0 … DATA/dev{K+M-1}.
+func DeviceDirs(dataDir string, g Geometry) []string {
+	dirs := make([]string, g.Devices())
+	for i := range dirs {
+		dirs[i] = filepath.Join(dataDir, fmt.Sprintf("dev%d", i))
+	}
+	return dirs
+}
+
+func osDevices(dirs []string) []vfs.FS {
+	fss := make([]vfs.FS, len(dirs))
+	for i, d := range dirs {
+		fss[i] = vfs.NewOS(d)
+	}
+	return fss
+}
+
+// Open opens the store on devs, one vfs.FS per device in the order they
+// were created. Up to M devices may be missing, empty or unreadable: the
+// store opens degraded and reports them in Info. A device of another store
+// (ErrForeignDevice) or in another position (ErrDeviceSwapped) fails Open,
+// as do more than M unusable devices (ErrTooManyFailures); the returned
+// *DevicesError lists every device at fault.
+func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("%w: no devices", ErrInvalidArgument)
+	}
+	s := &Store{log: o.logger, opts: o}
+	s.devs = make([]*device, len(devs))
+	ids := make([]identity, len(devs))
+	idErr := make([]error, len(devs))
+	votes := map[uuid.UUID]int{}
+	for i, fsys := range devs {
+		d := &device{pos: i}
+		d.files.Store(&devFiles{fs: fsys})
+		d.state.Store(int32(DeviceMissing))
+		s.devs[i] = d
+		ids[i], idErr[i] = readIdentity(fsys)
+		if idErr[i] == nil {
+			votes[ids[i].Store]++
+		}
+	}
+	// The store is the one most devices name.
+	best := 0
+	var tie bool
+	for id, n := range votes {
+		if n > best {
+			best, s.id, tie = n, id, false
+		} else if n == best {
+			tie = true
+		}
+	}
+	if best == 0 || tie {
+		var des []*DeviceError
+		for i, e := range idErr {
+			if e == nil {
+				e = fmt.Errorf("%w: store %s", ErrForeignDevice, ids[i].Store)
+			}
+			des = append(des, s.devs[i].devErr(e))
+		}
+		return nil, &DevicesError{Err: ErrNoStore, Devices: des}
+	}
+	var ref identity
+	for i := range ids {
+		if idErr[i] == nil && ids[i].Store == s.id {
+			ref = ids[i]
+			break
+		}
+	}
+	s.geo, s.unit, s.n, s.golden = ref.Geo, ref.Unit, ref.Geo.Devices(), ref.Golden
+	s.slotSize = int64(shardHeaderRegion + s.unit)
+	s.created = ref.Created
+	if o.geoSet && o.geo != s.geo {
+		return nil, fmt.Errorf("%w: the store is %s, %s asked", ErrGeometryMismatch, s.geo, o.geo)
+	}
+	if o.unitSet && o.unit != s.unit {
+		return nil, fmt.Errorf("%w: the store's stripe unit is %d, %d asked", ErrGeometryMismatch, s.unit, o.unit)
+	}
+	if len(devs) != s.n {
+		return nil, fmt.Errorf("%w: the store is %s on %d devices, %d given", ErrInvalidArgument, s.geo, s.n, len(devs))
+	}
+
+	// Classify each device; devices that cannot be used silently are hard
+	// errors.
+	var hard, soft []*DeviceError
+	for i := range devs {
+		switch {
+		case idErr[i] != nil:
+			soft = append(soft, s.devs[i].devErr(idErr[i]))
+		case ids[i].Store != s.id:
+			hard = append(hard, s.devs[i].devErr(fmt.Errorf("%w: it belongs to store %s, not %s", ErrForeignDevice, ids[i].Store, s.id)))
+		case ids[i].Pos != i:
+			hard = append(hard, s.devs[i].devErr(fmt.Errorf("%w: it is device %d of this store, given as device %d", ErrDeviceSwapped, ids[i].Pos, i)))
+		case ids[i].Geo != s.geo || ids[i].Unit != s.unit || ids[i].Golden != s.golden:
+			hard = append(hard, s.devs[i].devErr(corruptf("identity says %s unit %d, the store is %s unit %d", ids[i].Geo, ids[i].Unit, s.geo, s.unit)))
+		}
+	}
+	if len(hard) > 0 {
+		return nil, &DevicesError{Err: hard[0].Err, Devices: append(hard, soft...)}
+	}
+
+	// The golden self-test: this build must encode as the store was written.
+	c, err := newCodec(s.geo)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.checkGolden(&s.golden); err != nil {
+		return nil, err
+	}
+	s.codec = c
+	s.bufs.init(s.unit)
+
+	if err := s.openReplicas(ids, idErr, &soft); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	if len(soft) > s.geo.Parity {
+		s.closeFiles()
+		return nil, &DevicesError{Err: ErrTooManyFailures, Devices: soft}
+	}
+	for _, de := range soft {
+		s.devs[de.Pos].setErr(de.Err)
+		s.log.Warn("chunkstore: device unavailable; store is degraded", "pos", de.Pos, "device", de.Device, "err", de.Err)
+	}
+
+	// Generations: hand out from the committed reservation and commit a
+	// new one before any write.
+	s.gen.Store(s.genHigh)
+	if err := s.commit(); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	s.log.Info("chunkstore: open", "store", s.id, "geometry", s.geo.String(), "unit", s.unit,
+		"simd", SIMD(), "degraded", len(soft))
+	return s, nil
+}
+
+// openReplicas opens the metadata replica of every identified device,
+// adopts the one with the highest Seq, brings the others up to it, checks
+// the device table against the identities and loads the metadata.
+func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError) error {
+	type rep struct {
+		db  *bolt.DB
+		sb  superblock
+		err error
+	}
+	reps := make([]rep, s.n)
+	bestPos := -1
+	var hard []*DeviceError
+	for i, d := range s.devs {
+		if idErr[i] != nil {
+			continue
+		}
+		db, err := openBolt(d.fsys())
+		if err != nil {
+			if errors.Is(err, ErrDeviceBusy) {
+				hard = append(hard, d.devErr(err))
+			} else {
+				*soft = append(*soft, d.devErr(fmt.Errorf("%w: metadata: %v", ErrDeviceMissing, err)))
+			}
+			idErr[i] = err
+			continue
+		}
+		sb, err := readSuper(db)
+		if err == nil && (sb.Store != s.id || sb.Geo != s.geo || sb.Unit != s.unit) {
+			err = corruptf("metadata replica is of store %s %s, identity says %s %s", sb.Store, sb.Geo, s.id, s.geo)
+		}
+		reps[i] = rep{db: db, sb: sb, err: err}
+		if err == nil && (bestPos < 0 || sb.Seq > reps[bestPos].sb.Seq) {
+			bestPos = i
+		}
+	}
+	closeAll := func() {
+		for _, r := range reps {
+			if r.db != nil {
+				_ = r.db.Close()
+			}
+		}
+	}
+	if len(hard) > 0 {
+		closeAll()
+		return &DevicesError{Err: ErrDeviceBusy, Devices: hard}
+	}
+	if bestPos < 0 {
+		closeAll()
+		return &DevicesError{Err: fmt.Errorf("%w: no readable metadata replica", ErrNoStore), Devices: *soft}
+	}
+	st, err := loadMeta(reps[bestPos].db)
+	if err != nil {
+		// The freshest replica is unreadable past its superblock: try the
+		// others, freshest first.
+		order := make([]int, 0, s.n)
+		for i := range reps {
+			if reps[i].db != nil && reps[i].err == nil && i != bestPos {
+				order = append(order, i)
+			}
+		}
+		sort.Slice(order, func(a, b int) bool { return reps[order[a]].sb.Seq > reps[order[b]].sb.Seq })
+		reps[bestPos].err = err
+		bestPos = -1
+		for _, i := range order {
+			if st, err = loadMeta(reps[i].db); err == nil {
+				bestPos = i
+				break
+			}
+			reps[i].err = err
+		}
+		if bestPos < 0 {
+			closeAll()
+			return fmt.Errorf("chunkstore: no metadata replica loads: %w", err)
+		}
+	}
+	s.seq = st.super.Seq
+	s.genHigh = st.super.GenHigh
+	s.owner.Store(st.super.NextOwner)
+	s.devRecs = st.devices
+
+	// The device table names the device UUID of each position: a device
+	// with this store's identity but another UUID was replaced.
+	for i, d := range s.devs {
+		if idErr[i] != nil {
+			continue
+		}
+		rec, ok := st.devices[i]
+		if !ok || rec.Device != ids[i].Device {
+			hard = append(hard, d.devErr(fmt.Errorf("%w: device %s was replaced in this store by %s", ErrForeignDevice, ids[i].Device, rec.Device)))
+		}
+	}
+	if len(hard) > 0 {
+		closeAll()
+		return &DevicesError{Err: hard[0].Err, Devices: hard}
+	}
+
+	// Bring stale replicas up to the adopted one and open shard files.
+	for i, d := range s.devs {
+		r := reps[i]
+		if r.db == nil {
+			continue
+		}
+		if i != bestPos && (r.err != nil || r.sb.Seq != st.super.Seq) {
+			if r.err != nil {
+				s.log.Warn("chunkstore: rewriting unreadable metadata replica", "pos", i, "err", r.err)
+			}
+			if err := copyMeta(r.db, reps[bestPos].db); err != nil {
+				_ = r.db.Close()
+				reps[i].db = nil
+				*soft = append(*soft, d.devErr(fmt.Errorf("%w: metadata: %v", ErrDeviceMissing, err)))
+				continue
+			}
+		}
+		data, err := d.fsys().OpenFile(shardFile, os.O_RDWR)
+		if err != nil {
+			_ = r.db.Close()
+			reps[i].db = nil
+			*soft = append(*soft, d.devErr(fmt.Errorf("%w: %v", ErrDeviceMissing, err)))
+			continue
+		}
+		d.files.Store(&devFiles{fs: d.fsys(), id: ids[i], data: data, db: r.db})
+		if st.devices[i].State == recRebuilding {
+			d.state.Store(int32(DeviceRebuilding))
+		} else {
+			d.state.Store(int32(DeviceHealthy))
+		}
+	}
+	s.load(st)
+	return nil
+}
+
+// load builds the in-memory tables and the allocator from the metadata.
+func (s *Store) load(st *metaState) {
+	s.vols = map[string]*Volume{}
+	s.volByOwner = map[uint64]*Volume{}
+	for name, r := range st.volumes {
+		v := newVolume(s, name, r)
+		for idx, e := range st.extents[r.Owner] {
+			v.extents[idx] = e
+			s.alloc.markUsed(e.Slot)
+		}
+		s.vols[name] = v
+		s.volByOwner[r.Owner] = v
+	}
+	s.chunks.init()
+	for id, r := range st.chunks {
+		rc := r
+		s.chunks.m[id] = &rc
+		s.chunks.byOwner[r.Owner] = id
+		for _, e := range r.Stripes {
+			s.alloc.markUsed(e.Slot)
+		}
+	}
+	s.repair.init()
+}
+
+// closeFiles closes every device's handles.
+func (s *Store) closeFiles() {
+	for _, d := range s.devs {
+		if f := d.files.Load(); f != nil {
+			if f.data != nil {
+				_ = f.data.Close()
+			}
+			if f.db != nil {
+				_ = f.db.Close()
+			}
+		}
+	}
+}
+
+// Close writes out cached data, commits, and closes the devices. The
+// returned error is that of the final Sync; the devices are closed anyway.
+// Using the store or its volumes after Close returns ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Load() {
+		return nil
+	}
+	err := s.Sync()
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	s.closeFiles()
+	return err
+}
+
+func (s *Store) checkOpen() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Sync makes every write that returned before it durable: it writes out
+// the volumes' cached stripes, fsyncs the shard files of every device, and
+// commits the metadata to every replica. Crash-wise it is all or nothing.
+func (s *Store) Sync() error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	var first error
+	for _, v := range s.volumeList() {
+		if err := v.flushAll(); err != nil && first == nil {
+			first = err
+		}
+	}
+	if err := s.commit(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// commit makes the current in-memory metadata durable.
+func (s *Store) commit() error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	return s.commitLocked(nil)
+}
+
+// commitLocked is the commit protocol (doc.go, "Crash consistency"):
+//
+//  1. start an allocator epoch, then snapshot what changed;
+//  2. fsync the shard file of every writable device, so that every shard
+//     the snapshot points at is durable; a device that fails is taken out
+//     and its shards are marked missing in the snapshot;
+//  3. write the snapshot to every writable device's replica, after probing
+//     the device through its FS;
+//  4. free the slots released before step 1.
+//
+// extra adds to the snapshot (volume creation and deletion). The caller
+// holds commitMu.
+func (s *Store) commitLocked(extra func(*batch)) error {
+	epoch := s.alloc.beginCommit()
+	b, restore := s.snapshot()
+	if extra != nil {
+		extra(b)
+	}
+	fail := func(err error) error {
+		restore()
+		return err
+	}
+
+	synced := s.forWritable(func(d *device, f *devFiles) error { return f.data.Sync() })
+	if lost := s.allMask() &^ synced; lost != 0 {
+		b.markMissing(lost)
+	}
+	if err := s.enoughDevices(); err != nil {
+		return fail(err)
+	}
+
+	committed := s.forWritable(func(d *device, f *devFiles) error {
+		if _, err := f.fs.Stat(identityFile); err != nil {
+			return err
+		}
+		return f.db.Update(b.apply)
+	})
+	s.seq = b.super.Seq
+	if committed == 0 {
+		return fail(ErrTooManyFailures)
+	}
+	if err := s.enoughDevices(); err != nil {
+		return fail(err)
+	}
+	s.genHigh = b.super.GenHigh
+	s.devDirty = false
+	s.alloc.commitDone(epoch)
+	return nil
+}
+
+// forWritable runs fn on every writable device in parallel; a device whose
+// fn fails is taken out of use. It returns the mask of devices that
+// succeeded.
+func (s *Store) forWritable(fn func(*device, *devFiles) error) uint64 {
+	var wg sync.WaitGroup
+	var ok atomic.Uint64
+	for _, d := range s.devs {
+		if !d.writable() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(d, d.files.Load()); err != nil {
+				d.fail(err, s.log)
+				return
+			}
+			for {
+				old := ok.Load()
+				if ok.CompareAndSwap(old, old|1<<d.pos) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ok.Load()
+}
+
+func (s *Store) allMask() uint64 {
+	if s.n == 64 {
+		return ^uint64(0)
+	}
+	return 1<<s.n - 1
+}
+
+// writableMask returns the devices that receive new shards.
+func (s *Store) writableMask() uint64 {
+	var m uint64
+	for _, d := range s.devs {
+		if d.writable() {
+			m |= 1 << d.pos
+		}
+	}
+	return m
+}
+
+// enoughDevices fails when more than M devices are out of use.
+func (s *Store) enoughDevices() error {
+	if out := s.n - bits.OnesCount64(s.writableMask()); out > s.geo.Parity {
+		return fmt.Errorf("%w: %d of %d devices unavailable, %s tolerates %d", ErrTooManyFailures, out, s.n, s.geo, s.geo.Parity)
+	}
+	return nil
+}
+
+// snapshot collects every change since the last commit into a batch. The
+// returned restore puts the changes back if the commit fails.
+func (s *Store) snapshot() (*batch, func()) {
+	b := newBatch()
+	next := s.gen.Load()
+	if next+genReserve/2 > s.genHigh {
+		b.super.GenHigh = next + genReserve
+	} else {
+		b.super.GenHigh = s.genHigh
+	}
+	b.super.Store, b.super.Geo, b.super.Unit = s.id, s.geo, s.unit
+	b.super.Seq = s.seq + 1
+	b.super.NextOwner = s.owner.Load()
+	if s.devDirty {
+		for pos, r := range s.devRecs {
+			b.devices[pos] = r
+		}
+	}
+	type volKeys struct {
+		v    *Volume
+		keys []uint64
+	}
+	var taken []volKeys
+	for _, v := range s.volumeList() {
+		keys := v.takeDirty(b)
+		if len(keys) > 0 {
+			taken = append(taken, volKeys{v, keys})
+		}
+	}
+	chunkIDs := s.chunks.takeDirty(b)
+	restore := func() {
+		for _, t := range taken {
+			t.v.redirty(t.keys)
+		}
+		s.chunks.redirty(chunkIDs)
+	}
+	return b, restore
+}
+
+func (s *Store) volumeList() []*Volume {
+	s.volMu.RLock()
+	defer s.volMu.RUnlock()
+	vs := make([]*Volume, 0, len(s.vols))
+	for _, v := range s.vols {
+		vs = append(vs, v)
+	}
+	sort.Slice(vs, func(i, j int) bool { return vs[i].owner < vs[j].owner })
+	return vs
+}
+
+// Info describes an open store.
+type Info struct {
+	ID         uuid.UUID
+	Geometry   Geometry
+	StripeUnit int
+	// SIMD is the vector path of the erasure coder (see SIMD).
+	SIMD string
+	// Degraded is true when any device is not healthy.
+	Degraded bool
+	Devices  []DeviceInfo
+	// SlotsInUse and Slots count physical stripe slots in use and ever
+	// handed out; each slot is 4 KiB + StripeUnit on every device.
+	SlotsInUse, Slots uint64
+}
+
+// Info returns the store's identity, geometry and device states.
+func (s *Store) Info() Info {
+	in := Info{ID: s.id, Geometry: s.geo, StripeUnit: s.unit, SIMD: SIMD()}
+	for _, d := range s.devs {
+		di := DeviceInfo{Pos: d.pos, Name: d.name(), State: d.getState(), Err: d.getErr()}
+		if f := d.files.Load(); f != nil {
+			di.ID = f.id.Device
+		}
+		if di.State != DeviceHealthy {
+			in.Degraded = true
+		}
+		in.Devices = append(in.Devices, di)
+	}
+	in.SlotsInUse, in.Slots = s.alloc.usage()
+	return in
+}
+
+// stripe placement: shard i of slot p lives on device (p + i) mod (K+M),
+// which spreads data and parity over every device.
+func (s *Store) devOf(slot uint64, shard int) int {
+	return int((slot + uint64(shard)) % uint64(s.n))
+}
+
+func (s *Store) shardOf(slot uint64, dev int) int {
+	return int((uint64(dev) + uint64(s.n) - slot%uint64(s.n)) % uint64(s.n))
+}
+
+func (s *Store) slotOffset(slot uint64) int64 { return int64(slot) * s.slotSize }
+
+// stripeBytes is the data capacity of a full stripe.
+func (s *Store) stripeBytes() int { return s.geo.Data * s.unit }
+
+var _ io.Closer = (*Store)(nil)

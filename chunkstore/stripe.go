@@ -1,0 +1,572 @@
+package chunkstore
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/capsule-storage/capsule/chunkstore/vfs"
+)
+
+// bufferPool recycles shard-sized buffers and header buffers, so the
+// steady-state I/O path does not allocate them.
+type bufferPool struct {
+	unit   int
+	shards sync.Pool // *[]byte of unit bytes
+	hdrs   sync.Pool // *hdrBuf
+}
+
+type hdrBuf struct {
+	b    [shardHeaderRegion]byte
+	crcs [MaxStripeUnit / SectorSize]uint32
+}
+
+func (p *bufferPool) init(unit int) {
+	p.unit = unit
+	p.shards.New = func() any { b := make([]byte, unit); return &b }
+	p.hdrs.New = func() any { return new(hdrBuf) }
+}
+
+func (p *bufferPool) shard() *[]byte     { return p.shards.Get().(*[]byte) }
+func (p *bufferPool) putShard(b *[]byte) { p.shards.Put(b) }
+func (p *bufferPool) hdr() *hdrBuf       { return p.hdrs.Get().(*hdrBuf) }
+func (p *bufferPool) putHdr(h *hdrBuf)   { p.hdrs.Put(h) }
+
+// counters are the store's event counts (Stats).
+type counters struct {
+	stripesWritten, stripesRead   atomic.Int64
+	degradedWrites                atomic.Int64
+	reconstructions, readFailures atomic.Int64
+	shardUnavailable, shardIO     atomic.Int64
+	shardChecksum, shardHeader    atomic.Int64
+	shardsRepaired                atomic.Int64
+}
+
+// Stats are counts since Open.
+type Stats struct {
+	StripesWritten int64 // stripes written (copy-on-write)
+	StripesRead    int64 // stripe reads (one per stripe a read touched)
+	DegradedWrites int64 // stripes written with some device unavailable
+	// Reconstructions counts stripe reads served by reconstructing from
+	// parity because a shard was missing, unreadable or corrupt.
+	Reconstructions int64
+	// ReadFailures counts stripe reads that failed with too few shards.
+	ReadFailures int64
+	// Shard faults met by reads, by kind.
+	ShardUnavailable int64 // device out of use, or shard marked missing
+	ShardIOErrors    int64 // the read failed
+	ShardChecksum    int64 // a sector's CRC32C did not match
+	ShardHeader      int64 // header corrupt, or of another stripe (stale)
+	// ShardsRepaired counts shards rewritten by scrub, the repair queue
+	// and rebuild.
+	ShardsRepaired int64
+	// RepairQueue is the number of stripes waiting for RepairQueued.
+	RepairQueue int
+}
+
+// Stats returns the event counters.
+func (s *Store) Stats() Stats {
+	c := &s.stats
+	return Stats{
+		StripesWritten:   c.stripesWritten.Load(),
+		StripesRead:      c.stripesRead.Load(),
+		DegradedWrites:   c.degradedWrites.Load(),
+		Reconstructions:  c.reconstructions.Load(),
+		ReadFailures:     c.readFailures.Load(),
+		ShardUnavailable: c.shardUnavailable.Load(),
+		ShardIOErrors:    c.shardIO.Load(),
+		ShardChecksum:    c.shardChecksum.Load(),
+		ShardHeader:      c.shardHeader.Load(),
+		ShardsRepaired:   c.shardsRepaired.Load(),
+		RepairQueue:      s.repair.len(),
+	}
+}
+
+// shardFault classifies why a shard could not be used.
+type shardFault int
+
+const (
+	faultUnavailable shardFault = iota + 1
+	faultIO
+	faultHeader
+	faultChecksum
+)
+
+// shardError is a shard that could not be used.
+type shardError struct {
+	fault shardFault
+	dev   int
+	err   error
+}
+
+func (e *shardError) Error() string { return fmt.Sprintf("device %d: %v", e.dev, e.err) }
+func (e *shardError) Unwrap() error { return e.err }
+
+var errUnavailable = errors.New("device unavailable")
+
+func (s *Store) countFault(err error) {
+	var se *shardError
+	if !errors.As(err, &se) {
+		s.stats.shardIO.Add(1)
+		return
+	}
+	switch se.fault {
+	case faultUnavailable:
+		s.stats.shardUnavailable.Add(1)
+	case faultIO:
+		s.stats.shardIO.Add(1)
+	case faultHeader:
+		s.stats.shardHeader.Add(1)
+	case faultChecksum:
+		s.stats.shardChecksum.Add(1)
+	}
+}
+
+// parallel runs fn(i) for i in [0, n), concurrently when n > 1 and
+// there is enough work to pay for the goroutines.
+func parallel(n int, concurrent bool, fn func(i int)) {
+	if n == 1 || !concurrent {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(n - 1)
+	for i := 1; i < n; i++ {
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	fn(0)
+	wg.Wait()
+}
+
+// parallelMin is the number of bytes below which shard I/O stays on the
+// calling goroutine.
+const parallelMin = 32 << 10
+
+// writeStripe writes a new stripe for key in a fresh slot (copy-on-write):
+// it encodes the K data shards (each shardLen bytes), writes every shard
+// with its header to the writable devices, and returns the extent. It
+// never touches a slot in use. On ENOSPC it frees the slot and fails with
+// ErrNoSpace; a device that fails otherwise is taken out and its shard
+// marked missing, unless that leaves fewer than K shards.
+func (s *Store) writeStripe(key stripeKey, data [][]byte, shardLen int) (extent, error) {
+	if err := s.checkOpen(); err != nil {
+		return extent{}, err
+	}
+	slot := s.alloc.get()
+	gen := s.gen.Add(1)
+	k := s.geo.Data
+	shards := make([][]byte, s.n)
+	copy(shards, data)
+	parity := make([]*[]byte, s.geo.Parity)
+	for i := range parity {
+		parity[i] = s.bufs.shard()
+		shards[k+i] = (*parity[i])[:shardLen]
+	}
+	defer func() {
+		for _, p := range parity {
+			s.bufs.putShard(p)
+		}
+	}()
+	if err := s.codec.encode(shards); err != nil {
+		s.alloc.abort(slot)
+		return extent{}, fmt.Errorf("chunkstore: encode: %w", err)
+	}
+	errs := make([]error, s.n)
+	parallel(s.n, shardLen*s.n >= parallelMin, func(i int) {
+		d := s.devs[s.devOf(slot, i)]
+		if !d.writable() {
+			errs[i] = errUnavailable
+			return
+		}
+		errs[i] = s.writeShard(d, key, slot, gen, i, shards[i])
+	})
+	var missing uint64
+	var nospace error
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		d := s.devs[s.devOf(slot, i)]
+		missing |= 1 << d.pos
+		switch {
+		case IsNoSpace(err):
+			nospace = d.devErr(err)
+		case err != errUnavailable:
+			d.fail(err, s.log)
+		}
+	}
+	if nospace != nil {
+		s.alloc.abort(slot)
+		return extent{}, fmt.Errorf("%w: %w", ErrNoSpace, nospace)
+	}
+	if bits.OnesCount64(missing) > s.geo.Parity {
+		s.alloc.abort(slot)
+		return extent{}, &StripeError{Owner: key.Owner, Index: key.Index,
+			Err: fmt.Errorf("%w: %d of %d shards could not be written", ErrTooManyFailures, bits.OnesCount64(missing), s.n)}
+	}
+	s.stats.stripesWritten.Add(1)
+	if missing != 0 {
+		s.stats.degradedWrites.Add(1)
+	}
+	return extent{Slot: slot, Gen: gen, Missing: missing, ShardLen: shardLen}, nil
+}
+
+// writeShard writes shard i of a stripe, header and payload, into slot.
+func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, payload []byte) error {
+	f := d.files.Load()
+	h := s.bufs.hdr()
+	defer s.bufs.putHdr(h)
+	n := sectorsOf(len(payload))
+	hdr := shardHeader{Store: s.id, Owner: key.Owner, Index: key.Index, Slot: slot, Gen: gen,
+		Shard: i, Geo: s.geo, Length: len(payload), CRCs: h.crcs[:n]}
+	for j := range n {
+		hdr.CRCs[j] = crc32c(payload[j*SectorSize : min((j+1)*SectorSize, len(payload))])
+	}
+	hn := hdr.marshalInto(h.b[:])
+	off := s.slotOffset(slot)
+	d.writes.Add(1)
+	if _, err := f.data.WriteAt(payload, off+shardHeaderRegion); err != nil {
+		d.errs.Add(1)
+		return err
+	}
+	if _, err := f.data.WriteAt(h.b[:hn], off); err != nil {
+		d.errs.Add(1)
+		return err
+	}
+	return nil
+}
+
+// readShardRange reads bytes [a, b) of shard i of the stripe at ext into
+// dst (len b-a) and verifies them: the header must name this stripe,
+// slot, generation and shard, and every sector in the range must match
+// its CRC32C. a must be sector-aligned; b is sector-aligned or the shard's
+// end.
+func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byte) error {
+	pos := s.devOf(ext.Slot, i)
+	d := s.devs[pos]
+	f := d.files.Load()
+	if f == nil || f.data == nil {
+		return &shardError{fault: faultUnavailable, dev: pos, err: errUnavailable}
+	}
+	h := s.bufs.hdr()
+	defer s.bufs.putHdr(h)
+	hn := shardHeaderSize(ext.ShardLen)
+	off := s.slotOffset(ext.Slot)
+	d.reads.Add(1)
+	if err := vfs.ReadFull(f.data, h.b[:hn], off); err != nil {
+		d.errs.Add(1)
+		return &shardError{fault: faultIO, dev: pos, err: err}
+	}
+	hdr, err := decodeShardHeader(h.b[:hn], h.crcs[:])
+	if err != nil {
+		return &shardError{fault: faultHeader, dev: pos, err: err}
+	}
+	if hdr.Store != s.id || hdr.Owner != key.Owner || hdr.Index != key.Index || hdr.Slot != ext.Slot ||
+		hdr.Gen != ext.Gen || hdr.Shard != i || hdr.Geo != s.geo || hdr.Length != ext.ShardLen {
+		return &shardError{fault: faultHeader, dev: pos, err: corruptf(
+			"shard header is of stripe %d/%d slot %d gen %d shard %d, want %d/%d slot %d gen %d shard %d",
+			hdr.Owner, hdr.Index, hdr.Slot, hdr.Gen, hdr.Shard, key.Owner, key.Index, ext.Slot, ext.Gen, i)}
+	}
+	if err := vfs.ReadFull(f.data, dst, off+shardHeaderRegion+int64(a)); err != nil {
+		d.errs.Add(1)
+		return &shardError{fault: faultIO, dev: pos, err: err}
+	}
+	for sec := a / SectorSize; sec*SectorSize < b; sec++ {
+		lo := sec*SectorSize - a
+		hi := min((sec+1)*SectorSize, b) - a
+		if crc32c(dst[lo:hi]) != hdr.CRCs[sec] {
+			return &shardError{fault: faultChecksum, dev: pos, err: corruptf("sector %d of shard %d fails its checksum", sec, i)}
+		}
+	}
+	return nil
+}
+
+// shardUsable reports whether shard i of ext is worth reading as a first
+// choice: its device is healthy and it is not marked missing.
+func (s *Store) shardUsable(ext extent, i int) bool {
+	pos := s.devOf(ext.Slot, i)
+	return ext.Missing&(1<<pos) == 0 && s.devs[pos].readable()
+}
+
+// readPart is one data shard's share of a stripe read.
+type readPart struct {
+	j    int    // data shard
+	a, b int    // bytes wanted within the shard
+	A, B int    // sector-aligned range read
+	dst  []byte // where bytes [a, b) go
+	buf  []byte // bytes [A, B) as read (dst itself when aligned)
+	tmp  *[]byte
+	err  error
+}
+
+// readStripe reads bytes [lo, hi) of the stripe's data into dst. It reads
+// only the data shards the range covers; a shard that is unavailable,
+// unreadable or corrupt is reconstructed from any K others, counted, and
+// its stripe queued for repair. With fewer than K good shards it fails
+// with ErrTooManyFailures, never with wrong bytes.
+func (s *Store) readStripe(key stripeKey, ext extent, lo, hi int, dst []byte) error {
+	L := ext.ShardLen
+	if lo < 0 || hi > s.geo.Data*L || lo >= hi || len(dst) != hi-lo {
+		return fmt.Errorf("%w: stripe range [%d, %d) of %d", ErrOutOfRange, lo, hi, s.geo.Data*L)
+	}
+	s.stats.stripesRead.Add(1)
+	j0, j1 := lo/L, (hi-1)/L
+	var partsArr [MaxDevices]readPart
+	parts := partsArr[:0]
+	for j := j0; j <= j1; j++ {
+		a := max(lo, j*L) - j*L
+		b := min(hi, (j+1)*L) - j*L
+		p := readPart{j: j, a: a, b: b, A: a &^ (SectorSize - 1), B: min((b+SectorSize-1)&^(SectorSize-1), L)}
+		p.dst = dst[j*L+a-lo : j*L+b-lo]
+		parts = append(parts, p)
+	}
+	defer func() {
+		for i := range parts {
+			if parts[i].tmp != nil {
+				s.bufs.putShard(parts[i].tmp)
+			}
+		}
+	}()
+	failed := 0
+	parallel(len(parts), hi-lo >= parallelMin, func(i int) {
+		p := &parts[i]
+		if !s.shardUsable(ext, p.j) {
+			p.err = &shardError{fault: faultUnavailable, dev: s.devOf(ext.Slot, p.j), err: errUnavailable}
+			return
+		}
+		if p.A == p.a && p.B == p.b {
+			p.buf = p.dst
+		} else {
+			p.tmp = s.bufs.shard()
+			p.buf = (*p.tmp)[:p.B-p.A]
+		}
+		p.err = s.readShardRange(key, ext, p.j, p.A, p.B, p.buf)
+		if p.err == nil && p.tmp != nil {
+			copy(p.dst, p.buf[p.a-p.A:p.b-p.A])
+		}
+	})
+	for i := range parts {
+		if parts[i].err != nil {
+			failed++
+			s.noteFault(key, ext, parts[i].err)
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	return s.reconstructParts(key, ext, parts)
+}
+
+// noteFault counts a shard fault and queues the stripe for repair when
+// the device could take a repaired shard.
+func (s *Store) noteFault(key stripeKey, ext extent, err error) {
+	s.countFault(err)
+	var se *shardError
+	if errors.As(err, &se) && s.devs[se.dev].writable() {
+		s.repair.add(key)
+	}
+}
+
+// reconstructParts completes a stripe read whose parts partly failed: it
+// reads the range the failed parts need from K good shards (reusing what
+// was read already) and decodes the missing data.
+func (s *Store) reconstructParts(key stripeKey, ext extent, parts []readPart) error {
+	k := s.geo.Data
+	RA, RB := ext.ShardLen, 0
+	var bad uint64 // shards known bad
+	for _, p := range parts {
+		if p.err != nil {
+			RA, RB = min(RA, p.A), max(RB, p.B)
+			bad |= 1 << p.j
+		}
+	}
+	rlen := RB - RA
+	shards := make([][]byte, s.n)
+	var tmps []*[]byte
+	defer func() {
+		for _, t := range tmps {
+			s.bufs.putShard(t)
+		}
+	}()
+	good := 0
+	for _, p := range parts {
+		if p.err == nil && p.A <= RA && p.B >= RB {
+			shards[p.j] = p.buf[RA-p.A : RB-p.A]
+			good++
+		}
+	}
+	// Candidates: remaining data shards, then parity, then shards on
+	// rebuilding devices as a last resort (headers make any of them safe).
+	var cands, last []int
+	for i := range s.n {
+		if shards[i] != nil || bad&(1<<i) != 0 {
+			continue
+		}
+		pos := s.devOf(ext.Slot, i)
+		switch {
+		case ext.Missing&(1<<pos) != 0:
+		case s.devs[pos].readable():
+			cands = append(cands, i)
+		case s.devs[pos].writable():
+			last = append(last, i)
+		}
+	}
+	cands = append(cands, last...)
+	for good < k && len(cands) > 0 {
+		take := min(k-good, len(cands))
+		batch := cands[:take]
+		cands = cands[take:]
+		errs := make([]error, take)
+		bufs := make([][]byte, take)
+		for t := range batch {
+			tp := s.bufs.shard()
+			tmps = append(tmps, tp)
+			bufs[t] = (*tp)[:rlen]
+		}
+		parallel(take, rlen*take >= parallelMin, func(t int) {
+			errs[t] = s.readShardRange(key, ext, batch[t], RA, RB, bufs[t])
+		})
+		for t, i := range batch {
+			if errs[t] != nil {
+				s.noteFault(key, ext, errs[t])
+				continue
+			}
+			shards[i] = bufs[t]
+			good++
+		}
+	}
+	if good < k {
+		s.stats.readFailures.Add(1)
+		return &StripeError{Owner: key.Owner, Index: key.Index,
+			Err: fmt.Errorf("%w: %d of %d shards readable, %d needed", ErrTooManyFailures, good, s.n, k)}
+	}
+	required := make([]bool, k)
+	for _, p := range parts {
+		if p.err != nil {
+			required[p.j] = true
+			tp := s.bufs.shard()
+			tmps = append(tmps, tp)
+			shards[p.j] = (*tp)[:0]
+		}
+	}
+	if err := s.codec.reconstructData(shards, required); err != nil {
+		s.stats.readFailures.Add(1)
+		return &StripeError{Owner: key.Owner, Index: key.Index, Err: err}
+	}
+	for _, p := range parts {
+		if p.err != nil {
+			copy(p.dst, shards[p.j][p.a-RA:p.b-RA])
+		}
+	}
+	s.stats.reconstructions.Add(1)
+	return nil
+}
+
+// stripeCheck is the verdict of examineStripe.
+type stripeCheck struct {
+	shards  [][]byte // every shard, reconstructed where bad
+	bad     uint64   // shards (by index) that were bad
+	err     error    // unrecoverable
+	release func()   // returns the buffers
+}
+
+// examineStripe reads every shard of a stripe whole, verifies each, checks
+// that data and parity agree, and reconstructs the bad shards. skip marks
+// shards not to read (treated as bad). The caller returns the buffers with
+// release.
+func (s *Store) examineStripe(key stripeKey, ext extent, skip uint64) *stripeCheck {
+	c := &stripeCheck{shards: make([][]byte, s.n)}
+	tmps := make([]*[]byte, s.n)
+	errs := make([]error, s.n)
+	parallel(s.n, ext.ShardLen*s.n >= parallelMin, func(i int) {
+		tmps[i] = s.bufs.shard()
+		if skip&(1<<i) != 0 {
+			errs[i] = errUnavailable
+			return
+		}
+		pos := s.devOf(ext.Slot, i)
+		if ext.Missing&(1<<pos) != 0 || !(s.devs[pos].readable() || s.devs[pos].writable()) {
+			errs[i] = &shardError{fault: faultUnavailable, dev: pos, err: errUnavailable}
+			return
+		}
+		errs[i] = s.readShardRange(key, ext, i, 0, ext.ShardLen, (*tmps[i])[:ext.ShardLen])
+	})
+	good := 0
+	orig := make([][]byte, s.n)
+	for i, err := range errs {
+		if err != nil {
+			c.bad |= 1 << i
+			c.shards[i] = (*tmps[i])[:0]
+			continue
+		}
+		c.shards[i] = (*tmps[i])[:ext.ShardLen]
+		orig[i] = c.shards[i]
+		good++
+	}
+	c.release = func() {
+		for _, t := range tmps {
+			s.bufs.putShard(t)
+		}
+	}
+	if good < s.geo.Data {
+		c.err = fmt.Errorf("%w: %d of %d shards good, %d needed", ErrTooManyFailures, good, s.n, s.geo.Data)
+		return c
+	}
+	if s.geo.Parity == 0 {
+		return c
+	}
+	if c.bad != 0 {
+		if err := s.codec.reconstruct(c.shards); err != nil {
+			c.err = err
+			return c
+		}
+	}
+	if ok, _ := s.codec.verify(c.shards); ok {
+		return c
+	}
+	// All shards verify on their own but do not agree: find the one
+	// shard whose removal makes the rest consistent.
+	culprit := -1
+	var fix [][]byte
+	for g := range s.n {
+		if orig[g] == nil {
+			continue
+		}
+		trial := make([][]byte, s.n)
+		for i := range trial {
+			if orig[i] != nil && i != g {
+				trial[i] = orig[i]
+			}
+		}
+		if err := s.codec.reconstruct(trial); err != nil {
+			continue
+		}
+		if ok, _ := s.codec.verify(trial); ok {
+			if culprit >= 0 {
+				culprit = -2
+				break
+			}
+			culprit, fix = g, trial
+		}
+	}
+	if culprit >= 0 {
+		for i := range fix {
+			if c.bad&(1<<i) != 0 || i == culprit {
+				copy(c.shards[i][:ext.ShardLen], fix[i])
+			}
+		}
+	}
+	if culprit < 0 {
+		c.err = corruptf("data and parity disagree and no single shard explains it")
+		return c
+	}
+	c.bad |= 1 << culprit
+	return c
+}
