@@ -175,3 +175,20 @@ func sge(mr rdma.MR, off, n int) []rdma.SGE { return []rdma.SGE{rdma.SGEOf(mr, o
 func rawSGE(buf []byte) rdma.SGE {
 	return rdma.SGE{Addr: addrOf(buf), Length: uint32(len(buf))}
 }
+
+// qpState describes a QP's send queue and shared words, for failure
+// messages of tests that hang.
+func qpState(qi rdma.QP) string {
+	q := qi.(*qp)
+	if !q.connected.Load() {
+		return "not connected"
+	}
+	q.sqMu.Lock()
+	sq := q.sq
+	q.sqMu.Unlock()
+	return fmt.Sprintf("state %v err %v | sq head %d tail %d push %d msn %d pushed %d acked %d rtail %d | me: db %d head %d tail %d sw %d ack %d term %d | peer: db %d head %d tail %d sw %d ack %d term %d | sendWait %v rnrWait %v kick %d",
+		q.State(), q.Err(), sq.head, sq.tail, sq.push, sq.msn, sq.pushedMSN, sq.ackedMSN, sq.rtail,
+		q.me.doorbell.Load(), q.me.head.Load(), q.me.tail.Load(), q.me.spaceWait.Load(), q.me.ack.Load(), q.me.term.Load(),
+		q.peer.doorbell.Load(), q.peer.head.Load(), q.peer.tail.Load(), q.peer.spaceWait.Load(), q.peer.ack.Load(), q.peer.term.Load(),
+		q.sendWait.Load(), q.rnrWait.Load(), q.kick.Load())
+}
