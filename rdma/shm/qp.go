@@ -230,13 +230,20 @@ func (q *qp) Close() error {
 		return rdma.ErrClosed
 	}
 	q.fail(rdma.WRFlushErr, 0, rdma.WRFlushErr, 0)
-	if q.connected.Load() {
+	// attach checks closed under rqMu: either it has connected the QP
+	// and started its goroutines, or it never will.
+	q.rqMu.Lock()
+	connected := q.connected.Load()
+	if !connected {
+		q.rq.finished = true
+		q.flushRQLocked()
+	}
+	q.rqMu.Unlock()
+	if connected {
 		q.waitPeerHazard(0)
 		q.conn.Close()
 		<-q.ctlDone
 		<-q.rxDone
-	} else {
-		q.flushRecvsUnconnected()
 	}
 	// Wait out posts in progress: they may touch the block.
 	q.sqMu.Lock()
@@ -251,7 +258,7 @@ func (q *qp) Close() error {
 	if q.srq != nil {
 		q.srq.detach(q)
 	}
-	if q.connected.Load() {
+	if connected {
 		p.releaseView(q.view)
 		q.blkMu.Lock()
 		q.connected.Store(false)
@@ -392,11 +399,16 @@ func (q *qp) attach(side int, blk []byte, ringSize uint32, conn *net.UnixConn, k
 	}
 	q.rnrBudget = max(own, theirs)
 	q.rqMu.Lock()
+	if q.closed.Load() {
+		q.rqMu.Unlock()
+		q.pd.releaseView(v)
+		return rdma.ErrClosed
+	}
 	q.connected.Store(true)
 	q.rqMu.Unlock()
-	q.state.Store(uint32(rdma.StateRTS))
-	if q.State() != rdma.StateRTS {
-		// SetError raced with the connection: report it to the peer now.
+	if !q.state.CompareAndSwap(uint32(rdma.StateRTR), uint32(rdma.StateRTS)) {
+		// SetError came during the handshake: tell the peer now; the RX
+		// goroutine flushes.
 		q.me.term.Store(uint32(rdma.WRFlushErr))
 	}
 	go q.ctlLoop()
