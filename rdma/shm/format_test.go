@@ -385,3 +385,44 @@ func FuzzCtlMsg(f *testing.F) {
 		require.Equal(t, b, out[:n])
 	})
 }
+
+func TestBlockHeaderHex(t *testing.T) {
+	mem := make([]byte, blockSize(minRingSize))
+	copy(mem, unhex(t, `
+		43535142                 // magic "CSQB"
+		01000000                 // version 1
+		00100000                 // ring size 4096
+	`))
+	require.NoError(t, checkBlock(mem, minRingSize))
+	assert.ErrorIs(t, checkBlock(mem, 2*minRingSize), ErrBadTable, "not the announced ring size")
+	assert.ErrorIs(t, checkBlock(mem[:len(mem)-1], minRingSize), ErrBadTable, "too short for its rings")
+	out := make([]byte, blkHdrLen)
+	putBlockHeader(out, minRingSize)
+	assert.Equal(t, mem[:blkHdrLen], out)
+}
+
+// FuzzSharedHeaders checks the headers of the two tables a peer hands
+// over: a key table and a QP block.
+func FuzzSharedHeaders(f *testing.F) {
+	kt := make([]byte, keyTableSize(2))
+	putKeyTableHeader(kt, 2)
+	f.Add(kt, uint32(0))
+	blk := make([]byte, blockSize(minRingSize))
+	putBlockHeader(blk, minRingSize)
+	f.Add(blk, uint32(minRingSize))
+	f.Fuzz(func(t *testing.T, mem []byte, ringSize uint32) {
+		if c, err := checkKeyTable(mem); err == nil {
+			require.LessOrEqual(t, keyTableSize(c), len(mem))
+			out := make([]byte, ktHdrLen)
+			putKeyTableHeader(out, c)
+			require.Equal(t, mem[:16], out[:16])
+		}
+		if err := checkBlock(mem, ringSize); err == nil {
+			require.LessOrEqual(t, blockSize(ringSize), len(mem))
+			out := make([]byte, blkHdrLen)
+			putBlockHeader(out, ringSize)
+			require.Equal(t, mem[:12], out[:12])
+			blockEndpoint(mem, 1, ringSize) // in bounds
+		}
+	})
+}
