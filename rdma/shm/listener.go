@@ -93,6 +93,11 @@ type listener struct {
 	done chan struct{}
 	wg   sync.WaitGroup // the accept goroutine and handshakes in progress
 
+	// mu guards pending: connections whose request is still being read,
+	// closed by Close so that it need not wait for slow dialers.
+	mu      sync.Mutex
+	pending map[*net.UnixConn]struct{}
+
 	closeOnce sync.Once
 }
 
@@ -106,7 +111,7 @@ func listen(_ context.Context, name string) (*listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen on shm://%s: %w", name, err)
 	}
-	l := &listener{name: name, ln: ln, reqs: make(chan *connReq), done: make(chan struct{})}
+	l := &listener{name: name, ln: ln, reqs: make(chan *connReq), done: make(chan struct{}), pending: map[*net.UnixConn]struct{}{}}
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
@@ -143,9 +148,22 @@ func (l *listener) acceptLoop() {
 // handshake reads one connection request and hands it to Accept.
 func (l *listener) handshake(c *net.UnixConn) {
 	defer l.wg.Done()
+	l.mu.Lock()
+	select {
+	case <-l.done:
+		l.mu.Unlock()
+		c.Close()
+		return
+	default:
+	}
+	l.pending[c] = struct{}{}
+	l.mu.Unlock()
 	c.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	var buf [ctlMaxLen]byte
 	m, fds, err := readCtl(c, buf[:])
+	l.mu.Lock()
+	delete(l.pending, c)
+	l.mu.Unlock()
 	if err != nil {
 		c.Close()
 		return
@@ -196,7 +214,12 @@ func (l *listener) Addr() string { return Scheme + "://" + l.name }
 func (l *listener) Close() error {
 	err := rdma.ErrClosed
 	l.closeOnce.Do(func() {
+		l.mu.Lock()
 		close(l.done)
+		for c := range l.pending {
+			c.Close()
+		}
+		l.mu.Unlock()
 		err = l.ln.Close()
 		l.wg.Wait()
 	})

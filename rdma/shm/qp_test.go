@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"errors"
+	"net"
 	"runtime"
 	"testing"
 
@@ -438,4 +439,17 @@ func TestManyQPs(t *testing.T) {
 		assert.Equal(t, uint64(2), waitWC(t, p.cqA, 1)[0].ID)
 	}
 	assert.Len(t, pdA.(*pd).views, 1, "QPs of one PD share the view of the peer PD")
+}
+
+// A dialer that never sends its request does not hold up Listener.Close.
+func TestListenerCloseWithSilentDialer(t *testing.T) {
+	l, err := rdma.Listen(context.Background(), "shm://"+freshName())
+	require.NoError(t, err)
+	c, err := net.Dial("unixpacket", socketName(hostOf(l)))
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, l.Close())
+	// The listener hung up on the silent dialer.
+	_, err = c.Read(make([]byte, 8))
+	assert.Error(t, err)
 }
