@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -106,4 +107,105 @@ func benchRDMA(b *testing.B, op rdma.Opcode, crc bool) {
 		waitWC(b, a.cq)
 		waitWC(b, peer.cq)
 	}
+}
+
+// BenchmarkR2Ratio measures PERFORMANCE.md R2 on a shared machine: it
+// alternates blocks of 16 MiB over a raw Go TCP stream (1 MiB writes),
+// 1 MiB RDMA Writes and 1 MiB RDMA Reads (4 outstanding) over one iwarp
+// connection (with and without CRC), so that load from elsewhere hits all three alike,
+// and reports each one's MB/s and the ratios write/tcp and read/tcp.
+func BenchmarkR2Ratio(b *testing.B) {
+	b.Run("crc", func(b *testing.B) { benchR2(b, true) })
+	b.Run("nocrc", func(b *testing.B) { benchR2(b, false) })
+}
+
+func benchR2(b *testing.B, crc bool) {
+	const block = 16
+	// Raw TCP pair; the reader acknowledges each block with one byte.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, benchSize)
+		for {
+			for i := 0; i < block; i++ {
+				if _, err := io.ReadFull(c, buf); err != nil {
+					return
+				}
+			}
+			if _, err := c.Write([]byte{1}); err != nil {
+				return
+			}
+		}
+	}()
+	tc, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(b, err)
+	defer tc.Close()
+	tbuf := make([]byte, benchSize)
+
+	const depth = 4
+	a, peer := newPair(b, pairOpts{prov: mustProv(b, WithCRC(crc)), mrSize: depth * benchSize})
+	ctx := context.Background()
+	wc := make([]rdma.WC, depth)
+	run := func(op rdma.Opcode) {
+		posted, done := 0, 0
+		for done < block {
+			for posted < block && posted-done < depth {
+				i := posted % depth
+				if err := a.qp.PostSend([]rdma.SendWR{{Op: op, Flags: rdma.Signaled,
+					SGL:        []rdma.SGE{rdma.SGEOf(a.mr, i*benchSize, benchSize)},
+					RemoteAddr: peer.mr.Addr() + uint64(i*benchSize), RKey: peer.mr.RKey()}}); err != nil {
+					b.Fatal(err)
+				}
+				posted++
+			}
+			n, err := a.cq.Wait(ctx, wc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			done += n
+		}
+		if op == rdma.OpWrite { // the data has landed when a Read behind it returns
+			if err := a.qp.PostSend([]rdma.SendWR{{Op: rdma.OpRead, Flags: rdma.Signaled,
+				SGL: []rdma.SGE{rdma.SGEOf(a.mr, 0, 1)}, RemoteAddr: peer.mr.Addr(), RKey: peer.mr.RKey()}}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := a.cq.Wait(ctx, wc[:1]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var tTCP, tWrite, tRead time.Duration
+	b.SetBytes(3 * block * benchSize)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		for k := 0; k < block; k++ {
+			if _, err := tc.Write(tbuf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := io.ReadFull(tc, tbuf[:1]); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		run(rdma.OpWrite)
+		t2 := time.Now()
+		run(rdma.OpRead)
+		t3 := time.Now()
+		tTCP += t1.Sub(t0)
+		tWrite += t2.Sub(t1)
+		tRead += t3.Sub(t2)
+	}
+	mbps := func(d time.Duration) float64 { return float64(b.N*block*benchSize) / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(tTCP), "tcp-MB/s")
+	b.ReportMetric(mbps(tWrite), "write-MB/s")
+	b.ReportMetric(mbps(tRead), "read-MB/s")
+	b.ReportMetric(tTCP.Seconds()/tWrite.Seconds(), "write/tcp")
+	b.ReportMetric(tTCP.Seconds()/tRead.Seconds(), "read/tcp")
 }

@@ -18,6 +18,7 @@ import (
 // The look-ahead never holds more than len(buf) bytes, so at most that
 // much of a payload is copied through it.
 type rxReader struct {
+	readvState
 	conn *net.TCPConn
 	raw  syscall.RawConn // for raceAcquire
 	buf  [128]byte
@@ -55,14 +56,16 @@ func (d *rxReader) take(n int) []byte {
 func (d *rxReader) readInto(p []byte) error {
 	k := copy(p, d.buf[d.r:d.w])
 	d.r += k
-	if k < len(p) {
-		if raceEnabled {
-			d.raceAcquire()
-		}
+	if k == len(p) {
+		return nil
+	}
+	if raceEnabled {
+		// Plain reads, which the detector sees, after an acquire.
+		d.raceAcquire()
 		_, err := io.ReadFull(d.conn, p[k:])
 		return err
 	}
-	return nil
+	return d.readvInto(p[k:])
 }
 
 // rxState is the receiver goroutine's state of the inbound stream.
