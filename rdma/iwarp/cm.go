@@ -28,8 +28,8 @@ func deadlineFrom(ctx context.Context, d time.Duration) time.Time {
 	return t
 }
 
-// writeMPA sends one MPA frame.
-func writeMPA(conn net.Conn, f *wire.MPAFrame) error {
+// writeMPA sends one MPA frame in one write.
+func writeMPA(conn io.Writer, f *wire.MPAFrame) error {
 	var b [wire.MPAHeaderLen + wire.MPAMaxPrivate]byte
 	n, err := f.MarshalTo(b[:])
 	if err != nil {
@@ -39,8 +39,11 @@ func writeMPA(conn net.Conn, f *wire.MPAFrame) error {
 	return err
 }
 
-// readMPA reads one MPA frame; the private data is a fresh copy.
-func readMPA(conn net.Conn) (wire.MPAFrame, error) {
+// readMPA reads exactly one MPA frame: the 20-byte header, then
+// PD_Length bytes of private data (at most 512, checked before reading),
+// into a fresh slice the caller owns. It never reads past the frame, so
+// FPDUs that follow stay in the stream.
+func readMPA(conn io.Reader) (wire.MPAFrame, error) {
 	var hb [wire.MPAHeaderLen]byte
 	var f wire.MPAFrame
 	if _, err := io.ReadFull(conn, hb[:]); err != nil {
@@ -143,8 +146,9 @@ type listener struct {
 	done chan struct{}
 	wg   sync.WaitGroup
 
-	mu      sync.Mutex // guards pending and closed
+	mu      sync.Mutex // guards pending, shaking and closed
 	pending map[*connReq]struct{}
+	shaking map[*net.TCPConn]struct{} // connections whose Request is being read
 	closed  bool
 }
 
@@ -157,7 +161,7 @@ func listen(ctx context.Context, p *Provider, host string) (*listener, error) {
 		return nil, err
 	}
 	l := &listener{prov: p, ln: ln.(*net.TCPListener), reqs: make(chan *connReq),
-		done: make(chan struct{}), pending: map[*connReq]struct{}{}}
+		done: make(chan struct{}), pending: map[*connReq]struct{}{}, shaking: map[*net.TCPConn]struct{}{}}
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
@@ -189,8 +193,19 @@ func (l *listener) acceptLoop() {
 // Accept. Malformed requests, and requests for markers, are dropped.
 func (l *listener) handshake(conn *net.TCPConn) {
 	defer l.wg.Done()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		conn.Close()
+		return
+	}
+	l.shaking[conn] = struct{}{}
+	l.mu.Unlock()
 	_ = conn.SetDeadline(time.Now().Add(l.prov.cfg.handshakeTimeout))
 	f, err := readMPA(conn)
+	l.mu.Lock()
+	delete(l.shaking, conn)
+	l.mu.Unlock()
 	if err != nil || f.Reply {
 		conn.Close()
 		return
@@ -246,6 +261,10 @@ func (l *listener) Close() error {
 	close(l.done)
 	pend := l.pending
 	l.pending = map[*connReq]struct{}{}
+	for c := range l.shaking {
+		// Unblock the read; the handshake goroutine closes it.
+		_ = c.SetDeadline(time.Unix(1, 0))
+	}
 	l.mu.Unlock()
 	err := l.ln.Close()
 	for r := range pend {

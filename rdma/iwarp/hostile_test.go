@@ -205,6 +205,7 @@ func TestHostileFrames(t *testing.T) {
 			}
 			rp.write(t, b)
 			tm := rp.readTerminate(t)
+			rp.conn.Close()
 			assert.Equal(t, c.cause, tm.Cause)
 			if c.withDDP {
 				require.NotEmpty(t, tm.DDPHeader, "offending DDP header copied")
@@ -221,6 +222,7 @@ func TestHostileFrames(t *testing.T) {
 	rp.write(t, []byte("GET / HTTP/1.1\r\nHost: example\r\n\r\n"))
 	_, err = io.Copy(io.Discard, rp.conn)
 	assert.NoError(t, err, "the provider closes the connection")
+	rp.conn.Close()
 
 	// Nothing was written into the region, and the listener still works.
 	assert.True(t, bytes.Equal(victim, mr.Bytes()), "a forged Write or Read Response changed memory")
