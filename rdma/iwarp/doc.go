@@ -51,12 +51,19 @@
 //
 // Each connected QP runs two goroutines. The receiver reads FPDUs,
 // reading payloads from the socket directly into their destination (the
-// region an RDMA Write or Read Response names, or the Recv's SGL; at most
-// 128 bytes of look-ahead are copied), answers nothing itself but queues
-// inbound Read Requests, and never blocks on the socket's write side. The
-// responder sends Read Responses (interleaved with the poster's FPDUs at
-// batch boundaries) and resumes the send queue when a Fence or the Read
-// depth made it wait.
+// region an RDMA Write or Read Response names, or the Recv's SGL): on
+// Linux one readv(2) per segment puts the payload in place and the
+// trailer and next header into a 128-byte look-ahead, the only bytes ever
+// copied. It answers nothing itself but queues inbound Read Requests, so
+// it never blocks on the socket's write side. The responder sends Read
+// Responses (interleaved with the poster's FPDUs at batch boundaries) and
+// resumes the send queue when a Fence or the Read depth made it wait.
+//
+// Under the race detector (race.go) every batch is preceded by a
+// zero-length write(2) and every direct payload read by a zero-length
+// read(2) and a plain read: the detector learns socket ordering only from
+// syscall.Write and syscall.Read, and without these edges it would report
+// the application's reuse of memory that a peer has since written.
 //
 // # Invariants and semantics
 //

@@ -83,7 +83,7 @@ func newQP(d *pd, cfg rdma.QPConfig) (*qp, error) {
 	q.rq.init(cfg.MaxRecvWR, cfg.MaxSGE)
 	q.irq.init(ReadDepth)
 	q.tx.init(cfg.MaxSGE)
-	q.rx.init(cfg.MaxSGE)
+	q.rx.init()
 	q.state.Store(uint32(rdma.StateInit))
 	return q, nil
 }
@@ -128,8 +128,6 @@ func (q *qp) start(conn *net.TCPConn, crc bool) error {
 	q.mu.Unlock()
 	go q.receiver()
 	go q.responder()
-	// Sends posted before RTS are refused, so nothing is waiting; but a
-	// Recv may be, which the receiver finds on its own.
 	return nil
 }
 

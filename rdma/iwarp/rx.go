@@ -93,7 +93,7 @@ type rxState struct {
 	timer *time.Timer
 }
 
-func (x *rxState) init(maxSGE int) {
+func (x *rxState) init() {
 	x.msn = [3]uint32{1, 1, 1}
 }
 
