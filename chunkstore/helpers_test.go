@@ -78,8 +78,7 @@ func (td *testDevices) crash() {
 	td.clock.Crash()
 	td.clock = vfs.NewCrashClock()
 	for i, m := range td.mem {
-		after := m.Crash()
-		// Re-attach a clock by rebuilding with the same host dir.
+		after := m.Crash(vfs.WithCrashClock(td.clock))
 		td.mem[i] = after
 		td.inj[i] = vfs.NewInjectFS(after)
 	}
@@ -90,7 +89,7 @@ func (td *testDevices) replace(i int) {
 	td.mem[i].Vanish()
 	h := hostDir(td.t)
 	td.hosts[i] = h
-	td.mem[i] = vfs.NewMem(vfs.WithHostDir(h), vfs.WithName("new"+string(rune('0'+i))))
+	td.mem[i] = vfs.NewMem(vfs.WithCrashClock(td.clock), vfs.WithHostDir(h), vfs.WithName("new"+string(rune('0'+i))))
 	td.inj[i] = vfs.NewInjectFS(td.mem[i])
 }
 

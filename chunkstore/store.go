@@ -331,11 +331,18 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 	reps := make([]rep, s.n)
 	bestPos := -1
 	var hard []*DeviceError
+	dbs := make([]*bolt.DB, s.n)
+	dbErr := make([]error, s.n)
+	parallel(s.n, true, func(i int) {
+		if idErr[i] == nil {
+			dbs[i], dbErr[i] = openBolt(s.devs[i].fsys())
+		}
+	})
 	for i, d := range s.devs {
 		if idErr[i] != nil {
 			continue
 		}
-		db, err := openBolt(d.fsys())
+		db, err := dbs[i], dbErr[i]
 		if err != nil {
 			if errors.Is(err, ErrDeviceBusy) {
 				hard = append(hard, d.devErr(err))

@@ -410,14 +410,19 @@ func (m *MemFS) String() string { return m.name }
 // Crash simulates a power loss: m and its open files fail from now on
 // with ErrCrashed, and the returned FS holds what survived, namely synced
 // data reachable through synced directory entries. The new FS keeps the
-// host directory and name and has no clock.
-func (m *MemFS) Crash() *MemFS {
+// host directory and name, has no clock, and takes opts (for example a
+// new clock).
+func (m *MemFS) Crash(opts ...MemOption) *MemFS {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.state == memLive {
 		m.state = memCrashed
 	}
-	return &MemFS{root: m.root.crashCopy(), host: m.host, name: m.name}
+	n := &MemFS{root: m.root.crashCopy(), host: m.host, name: m.name}
+	for _, o := range opts {
+		o(n)
+	}
+	return n
 }
 
 // Vanish makes the device disappear: every later operation of m and of its
