@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,9 +182,11 @@ func benchR2(b *testing.B, crc bool) {
 		}
 	}
 	var tTCP, tWrite, tRead time.Duration
+	var cTCP, cWrite, cRead time.Duration // process CPU time (user+system)
 	b.SetBytes(3 * block * benchSize)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		c0 := cpuTime()
 		t0 := time.Now()
 		for k := 0; k < block; k++ {
 			if _, err := tc.Write(tbuf); err != nil {
@@ -193,14 +196,17 @@ func benchR2(b *testing.B, crc bool) {
 		if _, err := io.ReadFull(tc, tbuf[:1]); err != nil {
 			b.Fatal(err)
 		}
-		t1 := time.Now()
+		t1, c1 := time.Now(), cpuTime()
 		run(rdma.OpWrite)
-		t2 := time.Now()
+		t2, c2 := time.Now(), cpuTime()
 		run(rdma.OpRead)
-		t3 := time.Now()
+		t3, c3 := time.Now(), cpuTime()
 		tTCP += t1.Sub(t0)
 		tWrite += t2.Sub(t1)
 		tRead += t3.Sub(t2)
+		cTCP += c1 - c0
+		cWrite += c2 - c1
+		cRead += c3 - c2
 	}
 	mbps := func(d time.Duration) float64 { return float64(b.N*block*benchSize) / d.Seconds() / 1e6 }
 	b.ReportMetric(mbps(tTCP), "tcp-MB/s")
@@ -208,4 +214,102 @@ func benchR2(b *testing.B, crc bool) {
 	b.ReportMetric(mbps(tRead), "read-MB/s")
 	b.ReportMetric(tTCP.Seconds()/tWrite.Seconds(), "write/tcp")
 	b.ReportMetric(tTCP.Seconds()/tRead.Seconds(), "read/tcp")
+	// CPU time per MiB does not depend on what else runs on the machine:
+	// it shows what each path costs.
+	perMiB := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N*block) }
+	b.ReportMetric(perMiB(cTCP), "tcp-cpu-us/MiB")
+	b.ReportMetric(perMiB(cWrite), "write-cpu-us/MiB")
+	b.ReportMetric(perMiB(cRead), "read-cpu-us/MiB")
+}
+
+// cpuTime is the process's user plus system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkPingPong4KiB is a 4 KiB Send answered by a 4 KiB Send, next to
+// the same exchange over a raw TCP connection (TCP_NODELAY, Go's
+// default): the round-trip latency the provider adds (R4's ingredient).
+func BenchmarkPingPong4KiB(b *testing.B) {
+	const size = 4096
+	b.Run("tcp", func(b *testing.B) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(b, err)
+		defer ln.Close()
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			buf := make([]byte, size)
+			for {
+				if _, err := io.ReadFull(c, buf); err != nil {
+					return
+				}
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(b, err)
+		defer c.Close()
+		buf := make([]byte, size)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := c.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("iwarp", func(b *testing.B) {
+		a, peer := newPair(b, pairOpts{})
+		ctx := context.Background()
+		wc := make([]rdma.WC, 2)
+		arecv := []rdma.RecvWR{{ID: 1, SGL: []rdma.SGE{rdma.SGEOf(a.mr, 8192, size)}}}
+		precv := []rdma.RecvWR{{ID: 2, SGL: []rdma.SGE{rdma.SGEOf(peer.mr, 8192, size)}}}
+		asend := []rdma.SendWR{{ID: 3, Op: rdma.OpSend, SGL: []rdma.SGE{rdma.SGEOf(a.mr, 0, size)}}}
+		psend := []rdma.SendWR{{ID: 4, Op: rdma.OpSend, SGL: []rdma.SGE{rdma.SGEOf(peer.mr, 0, size)}}}
+		done := make(chan struct{})
+		defer close(done)
+		require.NoError(b, peer.qp.PostRecv(precv))
+		go func() { // the echoing side
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				n, err := peer.cq.Wait(ctx, wc[1:])
+				if err != nil || n == 0 || wc[1].Status != rdma.Success {
+					return
+				}
+				if peer.qp.PostRecv(precv) != nil || peer.qp.PostSend(psend) != nil {
+					return
+				}
+			}
+		}()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := a.qp.PostRecv(arecv); err != nil {
+				b.Fatal(err)
+			}
+			if err := a.qp.PostSend(asend); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := a.cq.Wait(ctx, wc[:1]); err != nil || wc[0].Status != rdma.Success {
+				b.Fatal(err, wc[0].Status)
+			}
+		}
+	})
 }
