@@ -81,6 +81,10 @@ func (q *qp) PostRecv(wrs []rdma.RecvWR) error {
 func (q *qp) flushRecvLocked() {
 	r := &q.rq
 	r.flushed = true
+	select {
+	case r.avail <- struct{}{}: // end an RNR wait
+	default:
+	}
 	for ; r.head != r.tail; r.head++ {
 		q.pushRecvWC(rdma.WC{ID: r.slot(r.head).id, Status: rdma.WRFlushErr, Opcode: rdma.WCRecv, QPNum: q.num})
 	}
