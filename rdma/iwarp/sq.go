@@ -129,8 +129,8 @@ func (q *qp) checkSendWR(wr *rdma.SendWR) error {
 	if int(wr.Op) >= len(wcOpOf) {
 		return rdma.ErrInvalidArgument
 	}
-	if len(wr.SGL) > q.cfg.MaxSGE {
-		return rdma.ErrTooManySGE
+	if len(wr.SGL) > q.cfg.MaxSGE || (wr.Op == rdma.OpRead && len(wr.SGL) > ReadDepth) {
+		return rdma.ErrTooManySGE // a Read takes one Read Request per SGE
 	}
 	var total uint64
 	for _, g := range wr.SGL {
