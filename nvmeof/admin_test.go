@@ -1,6 +1,7 @@
 package nvmeof
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -236,4 +237,31 @@ func TestKeepAliveAndAER(t *testing.T) {
 	}
 	assert.Equal(t, Opcode(0x18), AdminKeepAlive)
 	assert.Equal(t, Opcode(0x0c), AdminAsyncEventRequest)
+}
+
+func ExampleCopyLogPage() {
+	// A target answering Get Log Page for the discovery log, which it has
+	// rendered into page: the host asks for 1024 bytes at offset 2048.
+	d := DiscoveryLog{GenCtr: 3, Entries: make([]DiscoveryLogEntry, 2)}
+	for i := range d.Entries {
+		d.Entries[i] = DiscoveryLogEntry{TRTYPE: TransportRDMA, ADRFAM: AddressFamilyIPv4,
+			SUBTYPE: SubsystemNVMe, TRSVCID: "4420", TRADDR: "192.0.2.1", SUBNQN: "nqn.2024-01.io.capsule:disk"}
+	}
+	page, _ := d.MarshalBinary()
+
+	var cmd Command
+	cmd.Opcode = AdminGetLogPage
+	_ = cmd.SetGetLogPage(LogDiscovery, 2048, 1024)
+
+	buf := make([]byte, cmd.LogPageLength())
+	st := CopyLogPage(buf, page, cmd.LogPageOffset())
+	var e DiscoveryLogEntry
+	_ = e.UnmarshalBinary(buf)
+	fmt.Println(st.String(), e.TRADDR, e.TRSVCID)
+
+	st = CopyLogPage(buf, page, 4096)
+	fmt.Println(st.String())
+	// Output:
+	// successful completion (SCT 0h SC 00h) 192.0.2.1 4420
+	// invalid field in command (SCT 0h SC 02h, DNR)
 }

@@ -194,6 +194,15 @@ func (e *DiscoveryLogEntry) MarshalTo(b []byte) (int, error) {
 	return DiscoveryLogEntrySize, nil
 }
 
+// MarshalBinary returns the 1024-byte entry.
+func (e *DiscoveryLogEntry) MarshalBinary() ([]byte, error) {
+	b := make([]byte, DiscoveryLogEntrySize)
+	if _, err := e.MarshalTo(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // UnmarshalBinary decodes exactly 1024 bytes. TRSVCID and TRADDR must be
 // ASCII (space or NUL padding is removed); SUBNQN must be a valid NQN.
 func (e *DiscoveryLogEntry) UnmarshalBinary(b []byte) error {

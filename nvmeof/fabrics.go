@@ -132,8 +132,10 @@ func (x *Connect) Command() Command {
 
 // ParseConnect decodes a Connect command. It refuses, with a *FieldError
 // that carries the status to answer with, a record format other than 0
-// (Connect Incompatible Format) and an SQSIZE of 0 (Connect Invalid
-// Parameters, whose DW0 the FieldError's InvalidParameter gives).
+// (Connect Incompatible Format), and a QID of FFFFh or an SQSIZE of 0
+// (Connect Invalid Parameters, whose DW0 the FieldError's
+// InvalidParameter gives). Whether the queue may be created (QID in range,
+// SQSIZE within CAP.MQES, the admin queue first) is for the controller.
 func ParseConnect(c *Command) (Connect, error) {
 	const name = "Connect command"
 	if err := c.isFabrics(FabricsConnect, name); err != nil {
@@ -151,6 +153,10 @@ func ParseConnect(c *Command) (Connect, error) {
 	if x.RecFmt != 0 {
 		return x, &FieldError{Structure: name, Field: "RECFMT", Offset: ConnectOffsetRECFMT,
 			Status: StatusConnectIncompatibleFormat.WithDNR(), Err: ErrFieldValue}
+	}
+	if x.QID == 0xffff {
+		return x, &FieldError{Structure: name, Field: "QID", Offset: ConnectOffsetQID,
+			Status: StatusConnectInvalidParameters.WithDNR(), Err: ErrFieldValue}
 	}
 	if x.SQSize == 0 {
 		return x, &FieldError{Structure: name, Field: "SQSIZE", Offset: ConnectOffsetSQSIZE,
@@ -184,7 +190,7 @@ type ConnectData struct {
 }
 
 // MarshalTo writes the 1024 bytes of Connect data into b, reserved bytes
-// cleared. Both NQNs must be valid.
+// cleared. Both NQNs must be valid and CNTLID outside FFF0h..FFFDh.
 func (d *ConnectData) MarshalTo(b []byte) (int, error) {
 	const name = "Connect data"
 	if err := needAtLeast(name, b, ConnectDataSize); err != nil {
@@ -193,6 +199,9 @@ func (d *ConnectData) MarshalTo(b []byte) (int, error) {
 	b = b[:ConnectDataSize]
 	clear(b)
 	copy(b[ConnectDataOffsetHOSTID:], d.HostID[:])
+	if d.CNTLID > MaxCNTLID && d.CNTLID < CNTLIDAnyStatic {
+		return 0, &FieldError{Structure: name, Field: "CNTLID", Offset: ConnectDataOffsetCNTLID, InData: true, Err: ErrFieldValue}
+	}
 	le.PutUint16(b[ConnectDataOffsetCNTLID:], d.CNTLID)
 	if err := putNQN(b[ConnectDataOffsetSUBNQN:ConnectDataOffsetSUBNQN+NQNFieldSize], d.SubNQN, false); err != nil {
 		return 0, &FieldError{Structure: name, Field: "SUBNQN", Offset: ConnectDataOffsetSUBNQN, InData: true, Err: err}
@@ -213,8 +222,9 @@ func (d *ConnectData) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes exactly 1024 bytes of Connect data. An invalid
-// NQN is refused with a *FieldError carrying Connect Invalid Parameters
-// and the NQN's offset in the data, ready for the Connect response.
+// NQN, or a CNTLID in the reserved range FFF0h..FFFDh, is refused with a
+// *FieldError carrying Connect Invalid Parameters and the field's offset
+// in the data, ready for the Connect response.
 func (d *ConnectData) UnmarshalBinary(b []byte) error {
 	const name = "Connect data"
 	if err := needExactly(name, b, ConnectDataSize); err != nil {
@@ -223,6 +233,10 @@ func (d *ConnectData) UnmarshalBinary(b []byte) error {
 	var x ConnectData
 	copy(x.HostID[:], b[ConnectDataOffsetHOSTID:])
 	x.CNTLID = le.Uint16(b[ConnectDataOffsetCNTLID:])
+	if x.CNTLID > MaxCNTLID && x.CNTLID < CNTLIDAnyStatic {
+		return &FieldError{Structure: name, Field: "CNTLID", Offset: ConnectDataOffsetCNTLID, InData: true,
+			Status: StatusConnectInvalidParameters.WithDNR(), Err: ErrFieldValue}
+	}
 	var err error
 	if x.SubNQN, err = getNQN(b[ConnectDataOffsetSUBNQN:ConnectDataOffsetSUBNQN+NQNFieldSize], false); err != nil {
 		return &FieldError{Structure: name, Field: "SUBNQN", Offset: ConnectDataOffsetSUBNQN, InData: true,

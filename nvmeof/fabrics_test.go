@@ -82,6 +82,14 @@ func TestParseConnectRefusals(t *testing.T) {
 	assert.Equal(t, InvalidParameter{InData: false, Offset: ConnectOffsetSQSIZE}, fe.InvalidParameter())
 	assert.Equal(t, uint32(0x0000_002c), fe.InvalidParameter().DW0())
 
+	x = base
+	x.QID = 0xffff
+	c = x.Command()
+	_, err = ParseConnect(&c)
+	assert.ErrorIs(t, err, StatusConnectInvalidParameters)
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, uint32(ConnectOffsetQID), fe.InvalidParameter().DW0())
+
 	c = base.Command()
 	c.Opcode = AdminIdentify
 	_, err = ParseConnect(&c)
@@ -162,6 +170,31 @@ func TestConnectDataBadNQN(t *testing.T) {
 	d := ConnectData{SubNQN: testSubNQN, HostNQN: strings.Repeat("h", 224)}
 	_, err := d.MarshalBinary()
 	assert.ErrorIs(t, err, ErrInvalidNQN)
+}
+
+// TestConnectDataCNTLID checks the controller IDs Connect data may carry:
+// FFF0h..FFFDh are reserved and refused (NVMe Base 2.x 6.3).
+func TestConnectDataCNTLID(t *testing.T) {
+	for id, ok := range map[uint16]bool{
+		1: true, MaxCNTLID: true, 0xfff0: false, 0xfffd: false, CNTLIDAnyStatic: true, CNTLIDDynamic: true,
+	} {
+		b := connectDataBytes(t)
+		le.PutUint16(b[ConnectDataOffsetCNTLID:], id)
+		var d ConnectData
+		err := d.UnmarshalBinary(b)
+		d2 := ConnectData{CNTLID: id, SubNQN: testSubNQN, HostNQN: testHostNQN}
+		_, err2 := d2.MarshalBinary()
+		if ok {
+			assert.NoError(t, err, "%04Xh", id)
+			assert.NoError(t, err2, "%04Xh", id)
+			continue
+		}
+		assert.ErrorIs(t, err, StatusConnectInvalidParameters, "%04Xh", id)
+		var fe *FieldError
+		require.ErrorAs(t, err, &fe)
+		assert.Equal(t, InvalidParameter{InData: true, Offset: ConnectDataOffsetCNTLID}, fe.InvalidParameter())
+		assert.ErrorIs(t, err2, ErrFieldValue, "%04Xh", id)
+	}
 }
 
 func TestValidateNQN(t *testing.T) {

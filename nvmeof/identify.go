@@ -47,6 +47,7 @@ const (
 	IDCtrlOffsetAPSTA     = 265  // Autonomous Power State Transition Attributes
 	IDCtrlOffsetWCTEMP    = 266  // Warning Composite Temperature Threshold
 	IDCtrlOffsetCCTEMP    = 268  // Critical Composite Temperature Threshold
+	IDCtrlOffsetMTFA      = 270  // Maximum Time for Firmware Activation, 100 ms units
 	IDCtrlOffsetTNVMCAP   = 280  // Total NVM Capacity, 16 bytes
 	IDCtrlOffsetUNVMCAP   = 296  // Unallocated NVM Capacity, 16 bytes
 	IDCtrlOffsetKAS       = 320  // Keep Alive Support, 100 ms units
@@ -70,6 +71,7 @@ const (
 	IDCtrlOffsetFCATT     = 1802 // Fabrics Controller Attributes
 	IDCtrlOffsetMSDBD     = 1803 // Maximum SGL Data Block Descriptors
 	IDCtrlOffsetOFCS      = 1804 // Optional Fabric Commands Support
+	IDCtrlOffsetDCTYPE    = 1806 // Discovery Controller Type
 	IDCtrlOffsetPSD       = 2048 // Power State Descriptors 0..31, 32 bytes each
 )
 
@@ -211,6 +213,7 @@ type IdentifyController struct {
 	APSTA     uint8
 	WCTEMP    uint16
 	CCTEMP    uint16
+	MTFA      uint16
 	TNVMCAP   Uint128
 	UNVMCAP   Uint128
 	KAS       uint16
@@ -236,6 +239,9 @@ type IdentifyController struct {
 	FCATT  uint8
 	MSDBD  uint8
 	OFCS   uint16
+	// DCTYPE is the Discovery Controller Type: 0 not reported, 1 direct,
+	// 2 central.
+	DCTYPE uint8
 	PSD    [32]PowerStateDescriptor
 }
 
@@ -295,6 +301,7 @@ func (id *IdentifyController) MarshalTo(b []byte) (int, error) {
 	b[IDCtrlOffsetAPSTA] = id.APSTA
 	le.PutUint16(b[IDCtrlOffsetWCTEMP:], id.WCTEMP)
 	le.PutUint16(b[IDCtrlOffsetCCTEMP:], id.CCTEMP)
+	le.PutUint16(b[IDCtrlOffsetMTFA:], id.MTFA)
 	putUint128(b[IDCtrlOffsetTNVMCAP:], id.TNVMCAP)
 	putUint128(b[IDCtrlOffsetUNVMCAP:], id.UNVMCAP)
 	le.PutUint16(b[IDCtrlOffsetKAS:], id.KAS)
@@ -320,6 +327,7 @@ func (id *IdentifyController) MarshalTo(b []byte) (int, error) {
 	b[IDCtrlOffsetFCATT] = id.FCATT
 	b[IDCtrlOffsetMSDBD] = id.MSDBD
 	le.PutUint16(b[IDCtrlOffsetOFCS:], id.OFCS)
+	b[IDCtrlOffsetDCTYPE] = id.DCTYPE
 	for i := range id.PSD {
 		copy(b[IDCtrlOffsetPSD+32*i:], id.PSD[i][:])
 	}
@@ -382,6 +390,7 @@ func (id *IdentifyController) UnmarshalBinary(b []byte) error {
 	x.APSTA = b[IDCtrlOffsetAPSTA]
 	x.WCTEMP = le.Uint16(b[IDCtrlOffsetWCTEMP:])
 	x.CCTEMP = le.Uint16(b[IDCtrlOffsetCCTEMP:])
+	x.MTFA = le.Uint16(b[IDCtrlOffsetMTFA:])
 	x.TNVMCAP = getUint128(b[IDCtrlOffsetTNVMCAP:])
 	x.UNVMCAP = getUint128(b[IDCtrlOffsetUNVMCAP:])
 	x.KAS = le.Uint16(b[IDCtrlOffsetKAS:])
@@ -407,6 +416,7 @@ func (id *IdentifyController) UnmarshalBinary(b []byte) error {
 	x.FCATT = b[IDCtrlOffsetFCATT]
 	x.MSDBD = b[IDCtrlOffsetMSDBD]
 	x.OFCS = le.Uint16(b[IDCtrlOffsetOFCS:])
+	x.DCTYPE = b[IDCtrlOffsetDCTYPE]
 	for i := range x.PSD {
 		copy(x.PSD[i][:], b[IDCtrlOffsetPSD+32*i:])
 	}

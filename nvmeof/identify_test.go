@@ -36,6 +36,7 @@ func identifyControllerBytes(t testing.TB) []byte {
 	place(t, b, 262, `3f                                # 262       ELPE 63 (64 entries)`)
 	place(t, b, 263, `00                                # 263       NPSS 0 (one power state)`)
 	place(t, b, 266, `5d 01 6b 01                       # 269:266   WCTEMP 349 K, CCTEMP 363 K`)
+	place(t, b, 270, `64 00                             # 271:270   MTFA 100 (10 s)`)
 	place(t, b, 280, `00 00 00 00 01 00 00 00 00 00 00 00 00 00 00 00  # 295:280  TNVMCAP 2^32 bytes`)
 	place(t, b, 320, `32 00                             # 321:320   KAS 50 (5 s)`)
 	place(t, b, 512, `66                                # 512       SQES: required 6, maximum 6`)
@@ -52,6 +53,7 @@ func identifyControllerBytes(t testing.TB) []byte {
 	place(t, b, 1802, `00                               # 1802      FCATT: dynamic controller model`)
 	place(t, b, 1803, `01                               # 1803      MSDBD 1`)
 	place(t, b, 1804, `01 00                            # 1805:1804 OFCS: Disconnect supported`)
+	place(t, b, 1806, `00                               # 1806      DCTYPE: not a discovery controller`)
 	place(t, b, 2048, `c4 09                            # 2049:2048 PSD0 MP 2500 (25 W)`)
 	return b
 }
@@ -63,7 +65,7 @@ func identifyControllerValue() IdentifyController {
 		CNTLID: 1, VER: Version1_4, OAES: 1 << 8, CTRATT: CTRATTHostID128, CNTRLTYPE: ControllerTypeIO,
 		CRDT: [3]uint16{10, 20, 30}, ACL: 3, AERL: 3, FRMW: 3,
 		LPA: LPASMARTPerNamespace | LPACommandsEffects | LPAExtendedData, ELPE: 63,
-		WCTEMP: 349, CCTEMP: 363, TNVMCAP: Uint128{Lo: 1 << 32}, KAS: 50, SQES: 0x66, CQES: 0x44,
+		WCTEMP: 349, CCTEMP: 363, MTFA: 100, TNVMCAP: Uint128{Lo: 1 << 32}, KAS: 50, SQES: 0x66, CQES: 0x44,
 		MAXCMD: 128, NN: 1024, ONCS: ONCSDatasetManagement | ONCSWriteZeroes,
 		VWC: VWCPresent | VWCFlushBroadcast, SGLS: SGLSSupported | SGLSKeyedDataBlock | SGLSOffsetAddress,
 		SUBNQN: testSubNQN, IOCCSZ: 260, IORCSZ: 1, MSDBD: 1, OFCS: OFCSDisconnect,
@@ -85,6 +87,11 @@ func TestIdentifyController(t *testing.T) {
 	out, err := want.MarshalBinary()
 	require.NoError(t, err)
 	assert.Equal(t, b, out)
+
+	// A central discovery controller reports DCTYPE 2 at byte 1806.
+	place(t, b, 1806, `02`)
+	require.NoError(t, id.UnmarshalBinary(b))
+	assert.Equal(t, uint8(2), id.DCTYPE)
 }
 
 func TestIdentifyControllerStrings(t *testing.T) {
