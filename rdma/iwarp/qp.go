@@ -162,8 +162,8 @@ type termMsg struct {
 	rdma    [wire.ReadRequestLen]byte
 }
 
-// fail moves the QP to StateError with status st (QP.Err), sends t if it
-// is not nil, ends the connection, flushes both queues and closes Done.
+// fail moves the QP to StateError with status st (QP.Err), closes Done,
+// sends t if it is not nil, ends the connection and flushes both queues.
 // Only the first call has an effect.
 func (q *qp) fail(st rdma.WCStatus, t *termMsg) {
 	q.mu.Lock()
@@ -173,6 +173,9 @@ func (q *qp) fail(st rdma.WCStatus, t *termMsg) {
 	}
 	q.state.Store(uint32(rdma.StateError))
 	q.err = st
+	// Done closes before the flush: a consumer woken by a flushed
+	// completion then already sees the QP in Error.
+	close(q.done)
 	conn := q.conn
 	q.lingering = t != nil && conn != nil
 	linger := q.lingering
@@ -200,9 +203,6 @@ func (q *qp) fail(st rdma.WCStatus, t *termMsg) {
 	q.rq.mu.Lock()
 	q.flushRecvLocked()
 	q.rq.mu.Unlock()
-	// Done closes last, so that whoever sees it also finds every flushed
-	// completion in the CQs.
-	close(q.done)
 }
 
 // sendTerminateLocked writes a Terminate FPDU (QN 2). The caller holds
