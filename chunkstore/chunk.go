@@ -127,25 +127,39 @@ func (s *Store) PutChunk(id ChunkID, data []byte, flags WriteFlags) error {
 	sb := s.stripeBytes()
 	rec := &chunkRecord{Owner: owner, Length: int64(len(data))}
 	k := s.geo.Data
-	for i := 0; i*sb < len(data); i++ {
-		part := data[i*sb : min((i+1)*sb, len(data))]
-		shardLen := s.unit
-		if len(part) < sb {
-			shardLen = s.chunkShardLen(len(part))
-			buf := make([]byte, k*shardLen)
-			copy(buf, part)
-			part = buf
+	fail := func(err error) error {
+		for _, e := range rec.Stripes {
+			s.alloc.abort(e.Slot)
 		}
+		return err
+	}
+	full := len(data) / sb
+	for i := 0; i < full; i += maxBatch {
+		ws := make([]stripeWrite, min(maxBatch, full-i))
+		for j := range ws {
+			part := data[(i+j)*sb:]
+			ws[j] = stripeWrite{key: stripeKey{Owner: owner, Index: uint64(i + j)}, data: make([][]byte, k)}
+			for c := range k {
+				ws[j].data[c] = part[c*s.unit : (c+1)*s.unit]
+			}
+		}
+		exts, err := s.writeStripes(ws, s.unit)
+		if err != nil {
+			return fail(err)
+		}
+		rec.Stripes = append(rec.Stripes, exts...)
+	}
+	if tail := data[full*sb:]; len(tail) > 0 {
+		shardLen := s.chunkShardLen(len(tail))
+		buf := make([]byte, k*shardLen)
+		copy(buf, tail)
 		shards := make([][]byte, k)
 		for j := range shards {
-			shards[j] = part[j*shardLen : (j+1)*shardLen]
+			shards[j] = buf[j*shardLen : (j+1)*shardLen]
 		}
-		ext, err := s.writeStripe(stripeKey{Owner: owner, Index: uint64(i)}, shards, shardLen)
+		ext, err := s.writeStripe(stripeKey{Owner: owner, Index: uint64(full)}, shards, shardLen)
 		if err != nil {
-			for _, e := range rec.Stripes {
-				s.alloc.abort(e.Slot)
-			}
-			return err
+			return fail(err)
 		}
 		rec.Stripes = append(rec.Stripes, ext)
 	}

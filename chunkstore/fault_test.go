@@ -499,7 +499,7 @@ func TestNoSpace(t *testing.T) {
 	require.NoError(t, s.Sync())
 
 	// Device 3 fills up in the middle of a write (a torn shard write).
-	remove := td.inj[3].Inject(vfs.Rule{Ops: []vfs.Op{vfs.OpWrite}, Path: shardFile, After: 3, Err: syscall.ENOSPC, Torn: true})
+	remove := td.inj[3].Inject(vfs.Rule{Ops: []vfs.Op{vfs.OpWrite}, Path: shardFile, After: 1, Err: syscall.ENOSPC, Torn: true})
 	p := randBytes(r, 512<<10)
 	n, err := v.WriteAt(p, 0)
 	require.Error(t, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -16,6 +17,7 @@ type bufferPool struct {
 	unit   int
 	shards sync.Pool // *[]byte of unit bytes
 	hdrs   sync.Pool // *hdrBuf
+	reads  sync.Pool // *readScratch
 }
 
 type hdrBuf struct {
@@ -27,6 +29,7 @@ func (p *bufferPool) init(unit int) {
 	p.unit = unit
 	p.shards.New = func() any { b := make([]byte, unit); return &b }
 	p.hdrs.New = func() any { return new(hdrBuf) }
+	p.reads.New = func() any { return new(readScratch) }
 }
 
 func (p *bufferPool) shard() *[]byte     { return p.shards.Get().(*[]byte) }
@@ -149,52 +152,94 @@ func parallel(n int, concurrent bool, fn func(i int)) {
 // calling goroutine.
 const parallelMin = 32 << 10
 
-// writeStripe writes a new stripe for key in a fresh slot (copy-on-write):
-// it encodes the K data shards (each shardLen bytes), writes every shard
-// with its header to the writable devices, and returns the extent. It
-// never touches a slot in use. On ENOSPC it frees the slot and fails with
-// ErrNoSpace; a device that fails otherwise is taken out and its shard
-// marked missing, unless that leaves fewer than K shards.
+// maxBatch is the most stripes written in one batch.
+const maxBatch = 16
+
+// stripeWrite is one stripe to write: K data shards of one length.
+type stripeWrite struct {
+	key  stripeKey
+	data [][]byte
+}
+
+// writeStripe writes one stripe; see writeStripes.
 func (s *Store) writeStripe(key stripeKey, data [][]byte, shardLen int) (extent, error) {
-	if err := s.checkOpen(); err != nil {
+	exts, err := s.writeStripes([]stripeWrite{{key: key, data: data}}, shardLen)
+	if err != nil {
 		return extent{}, err
 	}
-	slot := s.alloc.get()
-	gen := s.gen.Add(1)
-	k := s.geo.Data
-	shards := make([][]byte, s.n)
-	copy(shards, data)
-	parity := make([]*[]byte, s.geo.Parity)
-	for i := range parity {
-		parity[i] = s.bufs.shard()
-		shards[k+i] = (*parity[i])[:shardLen]
+	return exts[0], nil
+}
+
+// devWrite is one shard bound for a device.
+type devWrite struct {
+	stripe int // index in the batch
+	shard  int
+	slot   uint64
+}
+
+// writeStripes writes new stripes in fresh slots (copy-on-write): it
+// encodes each stripe's K data shards (each shardLen bytes) into M parity
+// shards, then has one goroutine per device checksum its shards and write
+// them, each run of consecutive slots with one pwritev. It never touches a
+// slot in use. On ENOSPC it frees the slots and fails with ErrNoSpace; a
+// device that fails otherwise is taken out of use and its shards marked
+// missing, unless a stripe is then left with fewer than K shards
+// (ErrTooManyFailures). Either way, on error nothing was installed.
+func (s *Store) writeStripes(ws []stripeWrite, shardLen int) ([]extent, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, err
 	}
+	k, m := s.geo.Data, s.geo.Parity
+	exts := make([]extent, len(ws))
+	shards := make([][][]byte, len(ws))
+	parity := make([]*[]byte, 0, len(ws)*m)
 	defer func() {
 		for _, p := range parity {
 			s.bufs.putShard(p)
 		}
 	}()
-	if err := s.codec.encode(shards); err != nil {
-		s.alloc.abort(slot)
-		return extent{}, fmt.Errorf("chunkstore: encode: %w", err)
+	abort := func() {
+		for _, e := range exts {
+			s.alloc.abort(e.Slot)
+		}
+	}
+	gen0 := s.gen.Add(uint64(len(ws))) - uint64(len(ws)) + 1
+	for j, w := range ws {
+		exts[j] = extent{Slot: s.alloc.get(), Gen: gen0 + uint64(j), ShardLen: shardLen}
+		shards[j] = make([][]byte, s.n)
+		copy(shards[j], w.data)
+		for i := range m {
+			p := s.bufs.shard()
+			parity = append(parity, p)
+			shards[j][k+i] = (*p)[:shardLen]
+		}
+		if err := s.codec.encode(shards[j]); err != nil {
+			abort()
+			return nil, fmt.Errorf("chunkstore: encode: %w", err)
+		}
 	}
 	errs := make([]error, s.n)
-	parallel(s.n, shardLen*s.n >= parallelMin, func(i int) {
-		d := s.devs[s.devOf(slot, i)]
+	parallel(s.n, shardLen*s.n*len(ws) >= parallelMin, func(pos int) {
+		d := s.devs[pos]
 		if !d.writable() {
-			errs[i] = errUnavailable
+			errs[pos] = errUnavailable
 			return
 		}
-		errs[i] = s.writeShard(d, key, slot, gen, i, shards[i])
+		var list [maxBatch]devWrite
+		writes := list[:0]
+		for j, e := range exts {
+			writes = append(writes, devWrite{stripe: j, shard: s.shardOf(e.Slot, pos), slot: e.Slot})
+		}
+		errs[pos] = s.writeDeviceShards(d, ws, exts, shards, writes)
 	})
-	var missing uint64
+	var lost uint64
 	var nospace error
-	for i, err := range errs {
+	for pos, err := range errs {
 		if err == nil {
 			continue
 		}
-		d := s.devs[s.devOf(slot, i)]
-		missing |= 1 << d.pos
+		d := s.devs[pos]
+		lost |= 1 << pos
 		switch {
 		case IsNoSpace(err):
 			nospace = d.devErr(err)
@@ -203,26 +248,71 @@ func (s *Store) writeStripe(key stripeKey, data [][]byte, shardLen int) (extent,
 		}
 	}
 	if nospace != nil {
-		s.alloc.abort(slot)
-		return extent{}, fmt.Errorf("%w: %w", ErrNoSpace, nospace)
+		abort()
+		return nil, fmt.Errorf("%w: %w", ErrNoSpace, nospace)
 	}
-	if bits.OnesCount64(missing) > s.geo.Parity {
-		s.alloc.abort(slot)
-		return extent{}, &StripeError{Owner: key.Owner, Index: key.Index,
-			Err: fmt.Errorf("%w: %d of %d shards could not be written", ErrTooManyFailures, bits.OnesCount64(missing), s.n)}
+	if bits.OnesCount64(lost) > m {
+		abort()
+		return nil, &StripeError{Owner: ws[0].key.Owner, Index: ws[0].key.Index,
+			Err: fmt.Errorf("%w: %d of %d shards could not be written", ErrTooManyFailures, bits.OnesCount64(lost), s.n)}
 	}
-	s.stats.stripesWritten.Add(1)
-	if missing != 0 {
-		s.stats.degradedWrites.Add(1)
+	for j := range exts {
+		exts[j].Missing = lost
 	}
-	return extent{Slot: slot, Gen: gen, Missing: missing, ShardLen: shardLen}, nil
+	s.stats.stripesWritten.Add(int64(len(ws)))
+	if lost != 0 {
+		s.stats.degradedWrites.Add(int64(len(ws)))
+	}
+	return exts, nil
 }
 
-// writeShard writes shard i of a stripe, header and payload, into slot.
-func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, payload []byte) error {
+// writeDeviceShards checksums and writes one device's shards of a batch,
+// each run of consecutive full slots in one vectored write.
+func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, shards [][][]byte, writes []devWrite) error {
 	f := d.files.Load()
-	h := s.bufs.hdr()
-	defer s.bufs.putHdr(h)
+	sort.Slice(writes, func(a, b int) bool { return writes[a].slot < writes[b].slot })
+	hdrs := make([]*hdrBuf, 0, len(writes))
+	defer func() {
+		for _, h := range hdrs {
+			s.bufs.putHdr(h)
+		}
+	}()
+	var iovArr [2 * maxBatch][]byte
+	iov := iovArr[:0]
+	var runStart uint64
+	flush := func() error {
+		if len(iov) == 0 {
+			return nil
+		}
+		d.writes.Add(1)
+		_, err := f.data.WriteAtv(iov, s.slotOffset(runStart))
+		iov = iov[:0]
+		if err != nil {
+			d.errs.Add(1)
+		}
+		return err
+	}
+	for n, w := range writes {
+		e := exts[w.stripe]
+		payload := shards[w.stripe][w.shard]
+		h := s.bufs.hdr()
+		hdrs = append(hdrs, h)
+		s.encodeShardHeader(h, ws[w.stripe].key, e.Slot, e.Gen, w.shard, payload)
+		contiguous := n > 0 && w.slot == writes[n-1].slot+1 && e.ShardLen == s.unit
+		if !contiguous {
+			if err := flush(); err != nil {
+				return err
+			}
+			runStart = w.slot
+		}
+		iov = append(iov, h.b[:], payload)
+	}
+	return flush()
+}
+
+// encodeShardHeader fills h's header region (the header, then zeros) for
+// shard i of a stripe.
+func (s *Store) encodeShardHeader(h *hdrBuf, key stripeKey, slot, gen uint64, i int, payload []byte) {
 	n := sectorsOf(len(payload))
 	hdr := shardHeader{Store: s.id, Owner: key.Owner, Index: key.Index, Slot: slot, Gen: gen,
 		Shard: i, Geo: s.geo, Length: len(payload), CRCs: h.crcs[:n]}
@@ -230,13 +320,18 @@ func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, pa
 		hdr.CRCs[j] = crc32c(payload[j*SectorSize : min((j+1)*SectorSize, len(payload))])
 	}
 	hn := hdr.marshalInto(h.b[:])
-	off := s.slotOffset(slot)
+	clear(h.b[hn:])
+}
+
+// writeShard writes shard i of a stripe, header and payload, into slot
+// (an in-place repair of a shard known to be bad).
+func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, payload []byte) error {
+	f := d.files.Load()
+	h := s.bufs.hdr()
+	defer s.bufs.putHdr(h)
+	s.encodeShardHeader(h, key, slot, gen, i, payload)
 	d.writes.Add(1)
-	if _, err := f.data.WriteAt(payload, off+shardHeaderRegion); err != nil {
-		d.errs.Add(1)
-		return err
-	}
-	if _, err := f.data.WriteAt(h.b[:hn], off); err != nil {
+	if _, err := f.data.WriteAtv([][]byte{h.b[:], payload}, s.slotOffset(slot)); err != nil {
 		d.errs.Add(1)
 		return err
 	}
@@ -260,9 +355,16 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 	hn := shardHeaderSize(ext.ShardLen)
 	off := s.slotOffset(ext.Slot)
 	d.reads.Add(1)
-	if err := vfs.ReadFull(f.data, h.b[:hn], off); err != nil {
+	var rerr error
+	if a == 0 {
+		// Header region and payload are contiguous: one preadv.
+		_, rerr = f.data.ReadAtv([][]byte{h.b[:], dst}, off)
+	} else {
+		rerr = vfs.ReadFull(f.data, h.b[:hn], off)
+	}
+	if rerr != nil {
 		d.errs.Add(1)
-		return &shardError{fault: faultIO, dev: pos, err: err}
+		return &shardError{fault: faultIO, dev: pos, err: rerr}
 	}
 	hdr, err := decodeShardHeader(h.b[:hn], h.crcs[:])
 	if err != nil {
@@ -274,9 +376,11 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 			"shard header is of stripe %d/%d slot %d gen %d shard %d, want %d/%d slot %d gen %d shard %d",
 			hdr.Owner, hdr.Index, hdr.Slot, hdr.Gen, hdr.Shard, key.Owner, key.Index, ext.Slot, ext.Gen, i)}
 	}
-	if err := vfs.ReadFull(f.data, dst, off+shardHeaderRegion+int64(a)); err != nil {
-		d.errs.Add(1)
-		return &shardError{fault: faultIO, dev: pos, err: err}
+	if a != 0 {
+		if err := vfs.ReadFull(f.data, dst, off+shardHeaderRegion+int64(a)); err != nil {
+			d.errs.Add(1)
+			return &shardError{fault: faultIO, dev: pos, err: err}
+		}
 	}
 	for sec := a / SectorSize; sec*SectorSize < b; sec++ {
 		lo := sec*SectorSize - a
@@ -295,73 +399,125 @@ func (s *Store) shardUsable(ext extent, i int) bool {
 	return ext.Missing&(1<<pos) == 0 && s.devs[pos].readable()
 }
 
-// readPart is one data shard's share of a stripe read.
-type readPart struct {
-	j    int    // data shard
-	a, b int    // bytes wanted within the shard
-	A, B int    // sector-aligned range read
-	dst  []byte // where bytes [a, b) go
-	buf  []byte // bytes [A, B) as read (dst itself when aligned)
-	tmp  *[]byte
-	err  error
-}
 
 // readStripe reads bytes [lo, hi) of the stripe's data into dst. It reads
 // only the data shards the range covers; a shard that is unavailable,
 // unreadable or corrupt is reconstructed from any K others, counted, and
 // its stripe queued for repair. With fewer than K good shards it fails
-// with ErrTooManyFailures, never with wrong bytes.
+// with ErrTooManyFailures, never with wrong bytes. When a needed shard is
+// known to be unavailable (its device is out, or it is marked missing),
+// the shards that replace it are read in the same round as the others.
 func (s *Store) readStripe(key stripeKey, ext extent, lo, hi int, dst []byte) error {
 	L := ext.ShardLen
 	if lo < 0 || hi > s.geo.Data*L || lo >= hi || len(dst) != hi-lo {
 		return fmt.Errorf("%w: stripe range [%d, %d) of %d", ErrOutOfRange, lo, hi, s.geo.Data*L)
 	}
 	s.stats.stripesRead.Add(1)
-	j0, j1 := lo/L, (hi-1)/L
-	var partsArr [MaxDevices]readPart
-	parts := partsArr[:0]
-	for j := j0; j <= j1; j++ {
+	sc := s.bufs.reads.Get().(*readScratch)
+	parts := sc.parts[:0]
+	for j := lo / L; j <= (hi-1)/L; j++ {
 		a := max(lo, j*L) - j*L
 		b := min(hi, (j+1)*L) - j*L
 		p := readPart{j: j, a: a, b: b, A: a &^ (SectorSize - 1), B: min((b+SectorSize-1)&^(SectorSize-1), L)}
 		p.dst = dst[j*L+a-lo : j*L+b-lo]
+		if !s.shardUsable(ext, j) {
+			p.known = true
+			p.err = &shardError{fault: faultUnavailable, dev: s.devOf(ext.Slot, j), err: errUnavailable}
+		}
 		parts = append(parts, p)
 	}
+	extras := sc.extras[:0]
 	defer func() {
 		for i := range parts {
 			if parts[i].tmp != nil {
 				s.bufs.putShard(parts[i].tmp)
 			}
 		}
+		for i := range extras {
+			s.bufs.putShard(extras[i].tmp)
+		}
+		clear(parts) // drop references to the caller's buffer
+		clear(extras)
+		s.bufs.reads.Put(sc)
 	}()
-	failed := 0
-	parallel(len(parts), hi-lo >= parallelMin, func(i int) {
-		p := &parts[i]
-		if !s.shardUsable(ext, p.j) {
-			p.err = &shardError{fault: faultUnavailable, dev: s.devOf(ext.Slot, p.j), err: errUnavailable}
-			return
+	// Replacements for shards known to be unavailable.
+	if RA, RB, bad := failedRange(parts, L); bad != 0 {
+		extras = s.planExtras(ext, parts, RA, RB, bad, extras)
+	}
+	work := len(parts) + len(extras)
+	if work == 1 {
+		if !parts[0].known {
+			s.readPart(key, ext, &parts[0])
 		}
-		if p.A == p.a && p.B == p.b {
-			p.buf = p.dst
-		} else {
-			p.tmp = s.bufs.shard()
-			p.buf = (*p.tmp)[:p.B-p.A]
-		}
-		p.err = s.readShardRange(key, ext, p.j, p.A, p.B, p.buf)
-		if p.err == nil && p.tmp != nil {
-			copy(p.dst, p.buf[p.a-p.A:p.b-p.A])
-		}
-	})
+	} else {
+		parallel(work, hi-lo >= parallelMin, func(i int) {
+			if i < len(parts) {
+				if !parts[i].known {
+					s.readPart(key, ext, &parts[i])
+				}
+				return
+			}
+			x := &extras[i-len(parts)]
+			x.err = s.readShardRange(key, ext, x.i, x.A, x.B, x.buf)
+		})
+	}
+	failed := false
 	for i := range parts {
 		if parts[i].err != nil {
-			failed++
+			failed = true
 			s.noteFault(key, ext, parts[i].err)
 		}
 	}
-	if failed == 0 {
+	for i := range extras {
+		if extras[i].err != nil {
+			s.noteFault(key, ext, extras[i].err)
+		}
+	}
+	if !failed {
 		return nil
 	}
-	return s.reconstructParts(key, ext, parts)
+	return s.reconstructParts(key, ext, parts, extras)
+}
+
+// readPart is one data shard's share of a stripe read.
+type readPart struct {
+	j     int    // data shard
+	a, b  int    // bytes wanted within the shard
+	A, B  int    // sector-aligned range read
+	dst   []byte // where bytes [a, b) go
+	buf   []byte // bytes [A, B) as read (dst itself when aligned)
+	tmp   *[]byte
+	known bool // known unavailable before reading
+	err   error
+}
+
+// extraRead is a shard read only to reconstruct others.
+type extraRead struct {
+	i    int // shard index
+	A, B int
+	buf  []byte
+	tmp  *[]byte
+	err  error
+}
+
+// readScratch is the per-read bookkeeping, pooled.
+type readScratch struct {
+	parts  [MaxDevices]readPart
+	extras [MaxDevices]extraRead
+}
+
+// readPart reads one part of a stripe read into its destination.
+func (s *Store) readPart(key stripeKey, ext extent, p *readPart) {
+	if p.A == p.a && p.B == p.b {
+		p.buf = p.dst
+	} else {
+		p.tmp = s.bufs.shard()
+		p.buf = (*p.tmp)[:p.B-p.A]
+	}
+	p.err = s.readShardRange(key, ext, p.j, p.A, p.B, p.buf)
+	if p.err == nil && p.tmp != nil {
+		copy(p.dst, p.buf[p.a-p.A:p.b-p.A])
+	}
 }
 
 // noteFault counts a shard fault and queues the stripe for repair when
@@ -374,19 +530,76 @@ func (s *Store) noteFault(key stripeKey, ext extent, err error) {
 	}
 }
 
-// reconstructParts completes a stripe read whose parts partly failed: it
-// reads the range the failed parts need from K good shards (reusing what
-// was read already) and decodes the missing data.
-func (s *Store) reconstructParts(key stripeKey, ext extent, parts []readPart) error {
-	k := s.geo.Data
-	RA, RB := ext.ShardLen, 0
-	var bad uint64 // shards known bad
+// failedRange returns the range the failed parts need and their shards.
+func failedRange(parts []readPart, L int) (RA, RB int, bad uint64) {
+	RA = L
 	for _, p := range parts {
 		if p.err != nil {
 			RA, RB = min(RA, p.A), max(RB, p.B)
 			bad |= 1 << p.j
 		}
 	}
+	return RA, RB, bad
+}
+
+// covers reports whether a good part holds [RA, RB).
+func (p *readPart) covers(RA, RB int) bool { return p.err == nil && p.A <= RA && p.B >= RB }
+
+// candidates lists the shards that may stand in for bad ones: data shards
+// not excluded, then parity, then shards on rebuilding devices as a last
+// resort (their headers make any of them safe to try).
+func (s *Store) candidates(ext extent, exclude uint64, out []int) []int {
+	var last [MaxDevices]int
+	nl := 0
+	for i := range s.n {
+		if exclude&(1<<i) != 0 {
+			continue
+		}
+		pos := s.devOf(ext.Slot, i)
+		switch {
+		case ext.Missing&(1<<pos) != 0:
+		case s.devs[pos].readable():
+			out = append(out, i)
+		case s.devs[pos].writable():
+			last[nl] = i
+			nl++
+		}
+	}
+	return append(out, last[:nl]...)
+}
+
+// planExtras picks the shards to read beside the good parts so that K
+// shards cover [RA, RB).
+func (s *Store) planExtras(ext extent, parts []readPart, RA, RB int, bad uint64, extras []extraRead) []extraRead {
+	have := 0
+	exclude := bad
+	for i := range parts {
+		if !parts[i].known {
+			exclude |= 1 << parts[i].j // read anyway; reused if they cover the range
+			if parts[i].A <= RA && parts[i].B >= RB {
+				have++
+			}
+		}
+	}
+	var candArr [MaxDevices]int
+	for _, i := range s.candidates(ext, exclude, candArr[:0]) {
+		if have >= s.geo.Data {
+			break
+		}
+		tp := s.bufs.shard()
+		extras = append(extras, extraRead{i: i, A: RA, B: RB, buf: (*tp)[:RB-RA], tmp: tp})
+		have++
+	}
+	return extras
+}
+
+// reconstructParts completes a stripe read whose parts partly failed: it
+// gathers K good shards over the range the failed parts need (reusing
+// what was read already, reading more if needed) and decodes the missing
+// data.
+func (s *Store) reconstructParts(key stripeKey, ext extent, parts []readPart, extras []extraRead) error {
+	k := s.geo.Data
+	RA, RB, bad := failedRange(parts, ext.ShardLen)
 	rlen := RB - RA
 	shards := make([][]byte, s.n)
 	var tmps []*[]byte
@@ -396,29 +609,34 @@ func (s *Store) reconstructParts(key stripeKey, ext extent, parts []readPart) er
 		}
 	}()
 	good := 0
-	for _, p := range parts {
-		if p.err == nil && p.A <= RA && p.B >= RB {
+	tried := bad
+	for i := range parts {
+		p := &parts[i]
+		tried |= 1 << p.j
+		if p.covers(RA, RB) {
 			shards[p.j] = p.buf[RA-p.A : RB-p.A]
 			good++
 		}
 	}
-	// Candidates: remaining data shards, then parity, then shards on
-	// rebuilding devices as a last resort (headers make any of them safe).
-	var cands, last []int
-	for i := range s.n {
-		if shards[i] != nil || bad&(1<<i) != 0 {
+	for _, x := range extras {
+		if x.err != nil {
+			tried |= 1 << x.i
 			continue
 		}
-		pos := s.devOf(ext.Slot, i)
-		switch {
-		case ext.Missing&(1<<pos) != 0:
-		case s.devs[pos].readable():
-			cands = append(cands, i)
-		case s.devs[pos].writable():
-			last = append(last, i)
+		if x.A <= RA && x.B >= RB && shards[x.i] == nil && good < k {
+			shards[x.i] = x.buf[RA-x.A : RB-x.A]
+			tried |= 1 << x.i
+			good++
 		}
 	}
-	cands = append(cands, last...)
+	// Good parts that do not cover the range can be read again over it.
+	for i := range parts {
+		if parts[i].err == nil && !parts[i].covers(RA, RB) {
+			tried &^= 1 << parts[i].j
+		}
+	}
+	var candArr [MaxDevices]int
+	cands := s.candidates(ext, tried, candArr[:0])
 	for good < k && len(cands) > 0 {
 		take := min(k-good, len(cands))
 		batch := cands[:take]

@@ -38,9 +38,10 @@ type Volume struct {
 
 	// locks serialise work on a logical stripe: WriteAt, flushes and repair
 	// hold locks[idx%stripeLocks] exclusively, ReadAt shared. They also
-	// guard the contents of the stripe's cachedStripe. At most one is held
-	// at a time, except by Store.DeleteVolume (all, in index order). Taken
-	// after Store.commitMu and before mu.
+	// guard the contents of the stripe's cachedStripe. Whoever holds more
+	// than one takes them in ascending lock index: writeFullStripes (a
+	// batch) and Store.DeleteVolume (all). Taken after Store.commitMu and
+	// before mu.
 	locks [stripeLocks]sync.RWMutex
 
 	// mu guards extents, dirty, cache, fifo and deleted. Held only for
@@ -340,6 +341,15 @@ func (v *Volume) WriteAtFlags(p []byte, off int64, flags WriteFlags) (int, error
 		idx := uint64(pos / v.stripeBytes)
 		lo := int(pos % v.stripeBytes)
 		hi := int(min(v.stripeBytes, int64(lo)+n-done))
+		if lo == 0 && hi == int(v.stripeBytes) {
+			// A run of whole stripes: written as one batch.
+			count := int(min(int64(maxBatch), (n-done)/v.stripeBytes))
+			if err := v.writeFullStripes(idx, p[done:done+int64(count)*v.stripeBytes]); err != nil {
+				return int(done), err
+			}
+			done += int64(count) * v.stripeBytes
+			continue
+		}
 		if err := v.writeStripe(idx, lo, hi, p[done:done+int64(hi-lo)], fua); err != nil {
 			return int(done), err
 		}
@@ -394,6 +404,49 @@ func (v *Volume) writeStripe(idx uint64, lo, hi int, src []byte, direct bool) er
 	}
 	if direct || cs.count == len(cs.valid) || v.s.opts.cache == 0 {
 		return v.flushLocked(idx, cs)
+	}
+	return nil
+}
+
+// writeFullStripes writes whole stripes first, first+1, … from data (a
+// multiple of the stripe size), encoding each once and writing them as one
+// batch. It holds their stripe locks, in lock order.
+func (v *Volume) writeFullStripes(first uint64, data []byte) error {
+	count := len(data) / int(v.stripeBytes)
+	var held [stripeLocks]bool
+	for i := range count {
+		held[(first+uint64(i))%stripeLocks] = true
+	}
+	for i := range held {
+		if held[i] {
+			v.locks[i].Lock()
+		}
+	}
+	defer func() {
+		for i := range held {
+			if held[i] {
+				v.locks[i].Unlock()
+			}
+		}
+	}()
+	if err := v.usable(); err != nil {
+		return err
+	}
+	k, unit := v.s.geo.Data, v.s.unit
+	ws := make([]stripeWrite, count)
+	for i := range ws {
+		sd := data[i*int(v.stripeBytes):]
+		ws[i] = stripeWrite{key: v.key(first + uint64(i)), data: make([][]byte, k)}
+		for j := range k {
+			ws[i].data[j] = sd[j*unit : (j+1)*unit]
+		}
+	}
+	exts, err := v.s.writeStripes(ws, unit)
+	if err != nil {
+		return err
+	}
+	for i := range exts {
+		v.install(first+uint64(i), &exts[i])
 	}
 	return nil
 }

@@ -234,6 +234,36 @@ func (h *injectFile) WriteAt(p []byte, off int64) (int, error) {
 	return h.inner.WriteAt(p, off)
 }
 
+// ReadAtv counts as one OpRead.
+func (h *injectFile) ReadAtv(bufs [][]byte, off int64) (int, error) {
+	if _, err := h.fs.check(OpRead, h.name); err != nil {
+		return 0, err
+	}
+	return h.inner.ReadAtv(bufs, off)
+}
+
+// WriteAtv counts as one OpWrite; a torn one writes the first half of
+// the bytes.
+func (h *injectFile) WriteAtv(bufs [][]byte, off int64) (int, error) {
+	if torn, err := h.fs.check(OpWrite, h.name); err != nil {
+		if half := totalLen(bufs) / 2; torn && half > 0 {
+			var cut [][]byte
+			for _, b := range bufs {
+				if half == 0 {
+					break
+				}
+				k := min(len(b), half)
+				cut = append(cut, b[:k])
+				half -= k
+			}
+			n, _ := h.inner.WriteAtv(cut, off)
+			return n, err
+		}
+		return 0, err
+	}
+	return h.inner.WriteAtv(bufs, off)
+}
+
 func (h *injectFile) Sync() error {
 	if _, err := h.fs.check(OpSync, h.name); err != nil {
 		return err

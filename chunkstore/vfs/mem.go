@@ -499,6 +499,11 @@ func (h *memHandle) ReadAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer h.fs.mu.Unlock()
+	return h.readAt(p, off)
+}
+
+// readAt reads with h.fs.mu held.
+func (h *memHandle) readAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, pathErr("read", h.name, fs.ErrInvalid)
 	}
@@ -517,6 +522,37 @@ func (h *memHandle) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer h.fs.mu.Unlock()
+	return h.writeAt(p, off)
+}
+
+// ReadAtv is one operation: atomic with respect to a crash.
+func (h *memHandle) ReadAtv(bufs [][]byte, off int64) (int, error) {
+	if err := h.begin("read"); err != nil {
+		return 0, err
+	}
+	defer h.fs.mu.Unlock()
+	return readAtvLoop(readerAtFunc(h.readAt), bufs, off)
+}
+
+// WriteAtv is one operation: atomic with respect to a crash.
+func (h *memHandle) WriteAtv(bufs [][]byte, off int64) (int, error) {
+	if err := h.begin("write"); err != nil {
+		return 0, err
+	}
+	defer h.fs.mu.Unlock()
+	return writeAtvLoop(writerAtFunc(h.writeAt), bufs, off)
+}
+
+type readerAtFunc func([]byte, int64) (int, error)
+
+func (f readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
+
+type writerAtFunc func([]byte, int64) (int, error)
+
+func (f writerAtFunc) WriteAt(p []byte, off int64) (int, error) { return f(p, off) }
+
+// writeAt writes with h.fs.mu held.
+func (h *memHandle) writeAt(p []byte, off int64) (int, error) {
 	if !h.writable {
 		return 0, pathErr("write", h.name, fs.ErrPermission)
 	}

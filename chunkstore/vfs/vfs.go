@@ -57,6 +57,13 @@ type File interface {
 	Stat() (fs.FileInfo, error)
 	// Truncate changes the file's size.
 	Truncate(size int64) error
+	// ReadAtv fills bufs in order from off, as one preadv(2) where the
+	// platform has it. Like ReadAt, a short read returns an error (io.EOF
+	// at the end of the file).
+	ReadAtv(bufs [][]byte, off int64) (int, error)
+	// WriteAtv writes bufs in order at off, as one pwritev(2) where the
+	// platform has it.
+	WriteAtv(bufs [][]byte, off int64) (int, error)
 }
 
 // Op names one kind of operation, for error injection and counting.
@@ -126,6 +133,41 @@ func ReadFull(f io.ReaderAt, p []byte, off int64) error {
 		err = io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// totalLen is the number of bytes in bufs.
+func totalLen(bufs [][]byte) int {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return n
+}
+
+// readAtvLoop implements ReadAtv with one ReadAt per buffer.
+func readAtvLoop(f io.ReaderAt, bufs [][]byte, off int64) (int, error) {
+	done := 0
+	for _, b := range bufs {
+		n, err := f.ReadAt(b, off+int64(done))
+		done += n
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// writeAtvLoop implements WriteAtv with one WriteAt per buffer.
+func writeAtvLoop(f io.WriterAt, bufs [][]byte, off int64) (int, error) {
+	done := 0
+	for _, b := range bufs {
+		n, err := f.WriteAt(b, off+int64(done))
+		done += n
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 // WriteFile creates name with data durably: it writes a temporary file,

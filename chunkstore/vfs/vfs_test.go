@@ -245,3 +245,38 @@ func TestOpNames(t *testing.T) {
 	assert.True(t, vfs.OpSyncDir.Mutating())
 	assert.False(t, vfs.OpRead.Mutating())
 }
+
+func TestVectoredIO(t *testing.T) {
+	for name, mk := range implementations(t) {
+		t.Run(name, func(t *testing.T) {
+			fsys := mk(t)
+			f, err := fsys.OpenFile("v", os.O_RDWR|os.O_CREATE)
+			require.NoError(t, err)
+			defer f.Close()
+			n, err := f.WriteAtv([][]byte{[]byte("head"), nil, []byte("-"), []byte("payload")}, 3)
+			require.NoError(t, err)
+			assert.Equal(t, 12, n)
+			a, b := make([]byte, 5), make([]byte, 10)
+			n, err = f.ReadAtv([][]byte{a, b}, 0)
+			require.NoError(t, err)
+			assert.Equal(t, 15, n)
+			assert.Equal(t, "\x00\x00\x00head-payload", string(a)+string(b))
+			n, err = f.ReadAtv([][]byte{a, b}, 5)
+			assert.Equal(t, 10, n)
+			assert.ErrorIs(t, err, io.EOF)
+			// Many buffers: more than one system call's worth.
+			var many [][]byte
+			for i := range 3000 {
+				many = append(many, []byte{byte(i)})
+			}
+			n, err = f.WriteAtv(many, 0)
+			require.NoError(t, err)
+			assert.Equal(t, 3000, n)
+			got := make([]byte, 3000)
+			require.NoError(t, vfs.ReadFull(f, got, 0))
+			for i := range got {
+				require.Equal(t, byte(i), got[i])
+			}
+		})
+	}
+}

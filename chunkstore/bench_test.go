@@ -1,0 +1,279 @@
+package chunkstore
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/klauspost/reedsolomon"
+
+	"github.com/capsule-storage/capsule/chunkstore/vfs"
+)
+
+// Benchmarks run on the OS file system, in tmpfs (/dev/shm) when the
+// machine has it, so they measure the store's own cost, as the baselines
+// in shared/PERFORMANCE.md do. CHUNKSTORE_BENCH_DIR picks another place.
+//
+//	go test -run '^$' -bench . -benchtime 2s ./chunkstore
+//
+// Ratios to read (R7): SeqWrite/4+2 over SeqWrite/1+0 (the same path on
+// plain storage); SeqRead/degraded over SeqRead/healthy; Encode/store
+// beside Encode/reedsolomon (the library called directly) and
+// Encode/memcpy.
+
+func benchDir(b *testing.B) string {
+	base := os.Getenv("CHUNKSTORE_BENCH_DIR")
+	if base == "" {
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			base = "/dev/shm"
+		}
+	}
+	if base == "" {
+		return b.TempDir()
+	}
+	d, err := os.MkdirTemp(base, "chunkstore-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
+}
+
+func benchStore(b *testing.B, g Geometry, unit int) (*Store, []string) {
+	b.Helper()
+	dirs := DeviceDirs(benchDir(b), g)
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s, err := CreateDirs(dirs, WithGeometry(g), WithStripeUnit(unit))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s, dirs
+}
+
+const benchIO = 1 << 20
+
+// BenchmarkSeqWrite writes 1 MiB at a time through a volume, syncing
+// each time it wraps around (every 256 MiB).
+func BenchmarkSeqWrite(b *testing.B) {
+	for _, g := range []Geometry{{4, 2}, {1, 0}} {
+		b.Run(g.String(), func(b *testing.B) { benchSeqWrite(b, g, DefaultStripeUnit) })
+	}
+}
+
+func benchSeqWrite(b *testing.B, g Geometry, unit int) {
+	s, _ := benchStore(b, g, unit)
+	const size = 256 << 20
+	v, err := s.CreateVolume("bench", size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := randBytes(rand.New(rand.NewPCG(1, 1)), benchIO)
+	b.SetBytes(benchIO)
+	b.ReportAllocs()
+	b.ResetTimer()
+	off := int64(0)
+	for b.Loop() {
+		if _, err := v.WriteAt(p, off); err != nil {
+			b.Fatal(err)
+		}
+		off += benchIO
+		if off == size {
+			off = 0
+			if err := v.Sync(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := v.Sync(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkSeqRead reads 1 MiB at a time from a full 4+2 volume, with
+// every device healthy and with one device gone.
+func BenchmarkSeqRead(b *testing.B) {
+	g := DefaultGeometry
+	for _, mode := range []string{"healthy", "degraded"} {
+		b.Run(mode, func(b *testing.B) {
+			s, dirs := benchStore(b, g, DefaultStripeUnit)
+			const size = 128 << 20
+			v, err := s.CreateVolume("bench", size)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := randBytes(rand.New(rand.NewPCG(2, 2)), benchIO)
+			for off := int64(0); off < size; off += benchIO {
+				if _, err := v.WriteAt(p, off); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.Close(); err != nil {
+				b.Fatal(err)
+			}
+			if mode == "degraded" {
+				if err := os.RemoveAll(dirs[1]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s, err = OpenDirs(dirs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			v, err = s.OpenVolume("bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf := make([]byte, benchIO)
+			b.SetBytes(benchIO)
+			b.ReportAllocs()
+			b.ResetTimer()
+			off := int64(0)
+			for b.Loop() {
+				if _, err := v.ReadAt(buf, off); err != nil {
+					b.Fatal(err)
+				}
+				off = (off + benchIO) % size
+			}
+		})
+	}
+}
+
+// BenchmarkEncode compares the store's encoding of one full stripe (4+2,
+// 64 KiB units: parity plus the CRC32C of every sector of every shard)
+// with reedsolomon's encoder called directly, its pure-Go fallback, and a
+// memory copy of the same bytes.
+func BenchmarkEncode(b *testing.B) {
+	g, unit := DefaultGeometry, DefaultStripeUnit
+	data := randBytes(rand.New(rand.NewPCG(3, 3)), g.Data*unit)
+	shards := make([][]byte, g.Devices())
+	for i := range shards {
+		if i < g.Data {
+			shards[i] = data[i*unit : (i+1)*unit]
+		} else {
+			shards[i] = make([]byte, unit)
+		}
+	}
+	run := func(name string, fn func()) {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				fn()
+			}
+		})
+	}
+	c, err := newCodec(g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run("store", func() {
+		if err := c.encode(shards); err != nil {
+			b.Fatal(err)
+		}
+		for _, sh := range shards {
+			for j := 0; j < len(sh); j += SectorSize {
+				_ = crc32c(sh[j : j+SectorSize])
+			}
+		}
+	})
+	rs, err := reedsolomon.New(g.Data, g.Parity)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run("reedsolomon", func() {
+		if err := rs.Encode(shards); err != nil {
+			b.Fatal(err)
+		}
+	})
+	pure, err := reedsolomon.New(g.Data, g.Parity, pureGoOptions...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run("reedsolomon-purego", func() {
+		if err := pure.Encode(shards); err != nil {
+			b.Fatal(err)
+		}
+	})
+	dst := make([]byte, len(data))
+	run("memcpy", func() { copy(dst, data) })
+}
+
+// BenchmarkStripeUnit is the measurement behind DefaultStripeUnit: 4+2
+// sequential 1 MiB writes, and 4 KiB random reads and writes (each write
+// synced, as a random-write workload with FUA would be), per unit.
+func BenchmarkStripeUnit(b *testing.B) {
+	for _, unit := range []int{16 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20} {
+		name := fmt.Sprintf("%dK", unit>>10)
+		b.Run(name+"/seqwrite", func(b *testing.B) { benchSeqWrite(b, DefaultGeometry, unit) })
+		b.Run(name+"/randread4k", func(b *testing.B) { benchRandom(b, unit, false) })
+		b.Run(name+"/randwrite4k", func(b *testing.B) { benchRandom(b, unit, true) })
+	}
+}
+
+func benchRandom(b *testing.B, unit int, write bool) {
+	s, _ := benchStore(b, DefaultGeometry, unit)
+	const size = 64 << 20
+	v, err := s.CreateVolume("bench", size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := randBytes(rand.New(rand.NewPCG(4, 4)), benchIO)
+	for off := int64(0); off < size; off += benchIO {
+		if _, err := v.WriteAt(p, off); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := v.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 5))
+	buf := make([]byte, 4096)
+	b.SetBytes(4096)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		off := r.Int64N(size/4096) * 4096
+		if write {
+			if _, err := v.WriteAtFlags(buf, off, FUA); err != nil {
+				b.Fatal(err)
+			}
+		} else if _, err := v.ReadAt(buf, off); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPlainFile is the floor under SeqWrite/1+0: 1 MiB pwrites to
+// one file on the same file system.
+func BenchmarkPlainFile(b *testing.B) {
+	dir := benchDir(b)
+	f, err := vfs.NewOS(dir).OpenFile("plain", os.O_RDWR|os.O_CREATE)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	p := randBytes(rand.New(rand.NewPCG(1, 1)), benchIO)
+	const size = 256 << 20
+	b.SetBytes(benchIO)
+	b.ReportAllocs()
+	off := int64(0)
+	for b.Loop() {
+		if _, err := f.WriteAt(p, off); err != nil {
+			b.Fatal(err)
+		}
+		off += benchIO
+		if off == size {
+			off = 0
+			if err := f.Sync(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
