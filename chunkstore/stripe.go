@@ -399,7 +399,6 @@ func (s *Store) shardUsable(ext extent, i int) bool {
 	return ext.Missing&(1<<pos) == 0 && s.devs[pos].readable()
 }
 
-
 // readStripe reads bytes [lo, hi) of the stripe's data into dst. It reads
 // only the data shards the range covers; a shard that is unavailable,
 // unreadable or corrupt is reconstructed from any K others, counted, and
