@@ -97,11 +97,13 @@
 //     Terminate with the matching cause and ends that connection only.
 //     The receiver never allocates for a frame: payloads land in registered
 //     memory, headers and control messages in fixed buffers.
-//   - On StateError the oldest outstanding send WR completes with the
-//     status that caused it (RemAccessErr for the faulting Read,
-//     RNRRetryExcErr, RetryExcErr when the connection was lost), the rest
-//     and all Recvs with WRFlushErr. SetError and Close flush with
-//     WRFlushErr and close the connection.
+//   - On StateError (Done closes first, then the queues are flushed) the
+//     oldest outstanding send WR, if it was already on the wire, completes
+//     with the status that caused the error (RemAccessErr for the faulting
+//     Read, RNRRetryExcErr, RetryExcErr when the connection was lost); the
+//     rest, and all Recvs, complete with WRFlushErr, as do WRs posted
+//     later. SetError and Close flush with WRFlushErr and close the
+//     connection; the peer then fails with RetryExcErr.
 //   - ReadDepth (128) bounds outstanding Read Requests in both directions;
 //     a Read WR takes one per SGE. More wait in the send queue (as a Fence
 //     does), and a peer that exceeds it gets a Terminate.
