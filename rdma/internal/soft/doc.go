@@ -1,6 +1,6 @@
 // Package soft holds the parts of a software RDMA provider that the iwarp
 // and shm providers share: a completion queue (CQ), a key table that maps
-// lkeys and rkeys to registered memory (KeyTable), and SGE resolution.
+// lkeys and rkeys to registered memory (KeyTable).
 //
 // # Keys
 //
