@@ -41,7 +41,8 @@
 //     whose Writes complete when acknowledged; on iWARP (hardware and the
 //     iwarp provider alike) Sends and Writes complete once handed to the
 //     transport, so the error arrives after, as a Terminate that moves the
-//     QP to Error: WRs still outstanding then complete with RemAccessErr.
+//     QP to Error: the oldest WR still outstanding then completes with
+//     RemAccessErr and the rest with WRFlushErr.
 //   - A Send (or Write with Immediate) that finds no Recv posted waits
 //     QPConfig.RNRRetry+1 times QPConfig.RNRTimeout for one; then both
 //     sides move to StateError with QP.Err() RNRRetryExcErr, and the
