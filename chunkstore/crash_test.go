@@ -96,13 +96,96 @@ func (m *blockModel) check(t *testing.T, v *Volume) {
 	}
 }
 
-// crashWorkload does random writes, FUA writes, discards and syncs until
-// it has done ops operations or the devices crash.
-func crashWorkload(r *rand.Rand, v *Volume, m *blockModel, ops int) error {
+// chunkModel tracks, per chunk ID, the versions a read after a crash may
+// return (version 0: no chunk).
+type chunkModel struct {
+	ids     []ChunkID
+	durable map[ChunkID]uint32
+	since   map[ChunkID][]uint32
+	latest  map[ChunkID]uint32
+}
+
+func newChunkModel() *chunkModel {
+	c := &chunkModel{durable: map[ChunkID]uint32{}, since: map[ChunkID][]uint32{}, latest: map[ChunkID]uint32{}}
+	for i := range 3 {
+		c.ids = append(c.ids, ChunkID{byte(i + 1)})
+	}
+	return c
+}
+
+// chunkContent is version v of a chunk: up to about three stripes.
+func chunkContent(v uint32, stripe int) []byte {
+	if v == 0 {
+		return nil
+	}
+	r := rand.New(rand.NewPCG(uint64(v), 77))
+	return randBytes(r, 1+r.IntN(3*stripe))
+}
+
+func (c *chunkModel) synced() {
+	for id, v := range c.latest {
+		c.durable[id] = v
+		c.since[id] = nil
+	}
+}
+
+func (c *chunkModel) check(t *testing.T, s *Store) {
+	t.Helper()
+	for _, id := range c.ids {
+		got, err := s.GetChunk(id)
+		if err != nil {
+			require.ErrorIs(t, err, ErrNotFound)
+		}
+		ok := false
+		for _, v := range append([]uint32{c.durable[id]}, c.since[id]...) {
+			if (v == 0 && err != nil) || (v != 0 && err == nil && bytes.Equal(got, chunkContent(v, s.stripeBytes()))) {
+				ok = true
+				c.durable[id], c.latest[id] = v, v
+				break
+			}
+		}
+		require.True(t, ok, "chunk %x is neither version %d nor one of %v", id[0], c.durable[id], c.since[id])
+		c.since[id] = nil
+	}
+}
+
+// crashWorkload does random writes, FUA writes, discards, chunk puts and
+// deletes, and syncs until it has done ops operations or the devices
+// crash.
+func crashWorkload(r *rand.Rand, v *Volume, m *blockModel, cm *chunkModel, ops int) error {
 	blocks := len(m.durable)
+	s := v.s
 	for range ops {
 		first := r.IntN(blocks)
 		count := 1 + r.IntN(min(blocks-first, 40))
+		if r.IntN(6) == 0 {
+			id := cm.ids[r.IntN(len(cm.ids))]
+			ver := m.next
+			m.next++
+			var flags WriteFlags
+			if r.IntN(3) == 0 {
+				flags = FUA
+			}
+			var err error
+			if r.IntN(4) == 0 {
+				ver = 0
+				err = s.DeleteChunk(id, flags)
+				if errors.Is(err, ErrNotFound) {
+					continue
+				}
+			} else {
+				err = s.PutChunk(id, chunkContent(ver, s.stripeBytes()), flags)
+			}
+			cm.since[id] = append(cm.since[id], ver)
+			cm.latest[id] = ver
+			if err != nil {
+				return err
+			}
+			if flags == FUA {
+				cm.durable[id], cm.since[id] = ver, nil
+			}
+			continue
+		}
 		switch op := r.IntN(20); {
 		case op < 13:
 			ver := m.next
@@ -136,6 +219,7 @@ func crashWorkload(r *rand.Rand, v *Volume, m *blockModel, ops int) error {
 				return err
 			}
 			m.synced()
+			cm.synced()
 		}
 	}
 	return nil
@@ -160,15 +244,15 @@ func runCrash(t *testing.T, seed uint64) {
 	v, err := s.CreateVolume("vol", int64(blocks*crashBlock))
 	require.NoError(t, err)
 	m := newBlockModel(blocks)
+	cm := newChunkModel()
 
 	// Some durable history first, then a crash somewhere in more work.
-	require.NoError(t, crashWorkload(r, v, m, 15))
+	require.NoError(t, crashWorkload(r, v, m, cm, 15))
 	require.NoError(t, v.Sync())
 	m.synced()
-	td.clock.CrashAfter(r.Int64N(900))
-	before := td.clock.Ops()
-	err = crashWorkload(r, v, m, 40)
-	t.Logf("DEBUG ops before %d after %d crashed %v err %v", before, td.clock.Ops(), td.clock.Crashed(), err)
+	cm.synced()
+	td.clock.CrashAfter(r.Int64N(700))
+	err = crashWorkload(r, v, m, cm, 60)
 	if err == nil {
 		td.clock.Crash()
 	} else {
@@ -181,17 +265,20 @@ func runCrash(t *testing.T, seed uint64) {
 	v, err = s.OpenVolume("vol")
 	require.NoError(t, err)
 	m.check(t, v)
+	cm.check(t, s)
 	requireClean(t, s)
 
 	// The recovered store keeps working: more writes, a clean close,
 	// and the data is all there.
-	require.NoError(t, crashWorkload(r, v, m, 15))
+	require.NoError(t, crashWorkload(r, v, m, cm, 15))
 	require.NoError(t, s.Close())
 	m.synced()
+	cm.synced()
 	s = mustOpen(t, td, opts...)
 	v, err = s.OpenVolume("vol")
 	require.NoError(t, err)
 	m.check(t, v)
+	cm.check(t, s)
 	requireClean(t, s)
 	require.NoError(t, s.Close())
 }

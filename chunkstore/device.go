@@ -214,21 +214,3 @@ func formatDevice(fsys vfs.FS, id identity, fill func(*bolt.DB) error) (*devFile
 	}
 	return &devFiles{fs: fsys, id: id, data: data, db: db}, nil
 }
-
-// deviceEmpty reports whether a directory holds nothing of a store.
-func deviceEmpty(fsys vfs.FS) (bool, error) {
-	names, err := fsys.List(".")
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return true, nil
-		}
-		return false, err
-	}
-	for _, n := range names {
-		switch n {
-		case identityFile, shardFile, metaFile:
-			return false, nil
-		}
-	}
-	return true, nil
-}
