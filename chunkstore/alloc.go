@@ -1,6 +1,7 @@
 package chunkstore
 
 import (
+	"fmt"
 	"math/bits"
 	"sync"
 )
@@ -51,6 +52,9 @@ func (a *allocator) set(p uint64) {
 }
 
 func (a *allocator) clearBit(p uint64) {
+	if invariants && !a.isSet(p) {
+		panic(fmt.Sprintf("chunkstore: freeing slot %d, which is free", p))
+	}
 	w := p / 64
 	if w < uint64(len(a.used)) && a.used[w]&(1<<(p%64)) != 0 {
 		a.used[w] &^= 1 << (p % 64)
@@ -61,11 +65,16 @@ func (a *allocator) clearBit(p uint64) {
 	}
 }
 
-// markUsed records a slot found in the metadata at Open.
-func (a *allocator) markUsed(p uint64) {
+// markUsed records a slot found in the metadata at Open. It reports
+// false if the slot was already in use: two extents naming one slot.
+func (a *allocator) markUsed(p uint64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.isSet(p) {
+		return false
+	}
 	a.set(p)
+	return true
 }
 
 // get returns the lowest free slot.
@@ -104,6 +113,16 @@ func (a *allocator) abort(p uint64) {
 func (a *allocator) release(p uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if invariants {
+		if !a.isSet(p) {
+			panic(fmt.Sprintf("chunkstore: releasing slot %d, which is free", p))
+		}
+		for _, ps := range a.pending {
+			if ps.slot == p {
+				panic(fmt.Sprintf("chunkstore: releasing slot %d twice", p))
+			}
+		}
+	}
 	a.pending = append(a.pending, pendingSlot{slot: p, epoch: a.epoch})
 }
 

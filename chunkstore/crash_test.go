@@ -226,7 +226,7 @@ func crashWorkload(r *rand.Rand, v *Volume, m *blockModel, cm *chunkModel, ops i
 }
 
 func TestCrashConsistency(t *testing.T) {
-	for seed := range seeds(40, 400) {
+	for seed := range seeds(100, 1000) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runCrash(t, uint64(seed)) })
 	}
 }
@@ -287,7 +287,7 @@ func runCrash(t *testing.T, seed uint64) {
 // reopen the rebuild resumes and completes, and the data verifies byte
 // for byte.
 func TestCrashDuringRebuild(t *testing.T) {
-	for seed := range seeds(8, 80) {
+	for seed := range seeds(16, 160) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(seed), 7))
 			g := Geometry{4, 2}

@@ -310,9 +310,12 @@
 //
 // # Tests and benchmarks
 //
-// go test runs the crash, device-loss, corruption, rebuild, identity and
-// ENOSPC tests over a few dozen seeds; CHUNKSTORE_EXTENDED=1 (or
-// -chunkstore.extended) runs ten times as many. Benchmarks (bench_test.go)
+// go test runs the crash test over 100 seeds, crashes during rebuild over
+// 16 and silent corruption over 8, besides the device-loss, rebuild,
+// identity, ENOSPC and concurrency tests; CHUNKSTORE_EXTENDED=1 (or
+// -chunkstore.extended) runs ten times as many seeds. Builds with -tags
+// invariants (and -race builds) also check the allocator's invariants
+// (no slot freed twice or while free, no slot named by two extents). Benchmarks (bench_test.go)
 // compare 4+2 with 1+0 and with a plain file, degraded with healthy reads,
 // and the store's encoding with reedsolomon's; see BENCHMARKS below.
 //

@@ -228,7 +228,7 @@ func corruptShards(t *testing.T, r *rand.Rand, s *Store, td *testDevices, stripe
 }
 
 func TestSilentCorruption(t *testing.T) {
-	for seed := range seeds(4, 40) {
+	for seed := range seeds(8, 80) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(seed), 11))
 			g := DefaultGeometry

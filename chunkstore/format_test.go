@@ -221,3 +221,14 @@ func FuzzChunkRecord(f *testing.F) {
 		require.Equal(t, b, r.encode())
 	})
 }
+
+func FuzzStripeKey(f *testing.F) {
+	f.Add(stripeKey{Owner: 1, Index: 2}.encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := decodeStripeKey(b)
+		if err != nil {
+			return
+		}
+		require.Equal(t, b, k.encode())
+	})
+}

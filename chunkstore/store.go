@@ -461,11 +461,14 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 func (s *Store) load(st *metaState) {
 	s.vols = map[string]*Volume{}
 	s.volByOwner = map[uint64]*Volume{}
+	shared := 0
 	for name, r := range st.volumes {
 		v := newVolume(s, name, r)
 		for idx, e := range st.extents[r.Owner] {
 			v.extents[idx] = e
-			s.alloc.markUsed(e.Slot)
+			if !s.alloc.markUsed(e.Slot) {
+				shared++
+			}
 		}
 		s.vols[name] = v
 		s.volByOwner[r.Owner] = v
@@ -476,8 +479,18 @@ func (s *Store) load(st *metaState) {
 		s.chunks.m[id] = &rc
 		s.chunks.byOwner[r.Owner] = id
 		for _, e := range r.Stripes {
-			s.alloc.markUsed(e.Slot)
+			if !s.alloc.markUsed(e.Slot) {
+				shared++
+			}
 		}
+	}
+	if shared > 0 {
+		// Cannot happen by construction; if it does, the header checks
+		// keep the wrong owner's reads from returning the other's data.
+		if invariants {
+			panic(fmt.Sprintf("chunkstore: %d slots are named by two extents", shared))
+		}
+		s.log.Error("chunkstore: metadata names some slots twice", "slots", shared)
 	}
 	s.repair.init()
 }

@@ -298,7 +298,9 @@ func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, sh
 		h := s.bufs.hdr()
 		hdrs = append(hdrs, h)
 		s.encodeShardHeader(h, ws[w.stripe].key, e.Slot, e.Gen, w.shard, payload)
-		contiguous := n > 0 && w.slot == writes[n-1].slot+1 && e.ShardLen == s.unit
+		// Slots are contiguous in the file only when the one before is
+		// full (header region + a whole unit).
+		contiguous := n > 0 && w.slot == writes[n-1].slot+1 && exts[writes[n-1].stripe].ShardLen == s.unit
 		if !contiguous {
 			if err := flush(); err != nil {
 				return err

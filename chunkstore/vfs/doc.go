@@ -19,6 +19,12 @@
 // One FS is one device: the store gives each device directory its own FS,
 // so a test can make a whole device vanish, crash, or fail.
 //
+// Files also read and write several buffers at one offset in one call
+// (ReadAtv, WriteAtv: preadv/pwritev on the OS), which the store uses to
+// write a shard's header region and payload, or a run of shard slots, at
+// once. On MemFS such a call is one operation, atomic with respect to a
+// crash; InjectFS counts it as one OpRead or OpWrite.
+//
 // # Durability rules
 //
 // The rules are POSIX's, which every implementation follows and MemFS
