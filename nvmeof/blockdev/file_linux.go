@@ -28,7 +28,9 @@ func blockDeviceSize(f *os.File) (int64, error) {
 	return int64(size), ioErr
 }
 
-func (d *File) sync() error { return ignoreEINTR(func() error { return unix.Fdatasync(int(d.f.Fd())) }) }
+func (d *File) sync() error {
+	return ignoreEINTR(func() error { return unix.Fdatasync(int(d.f.Fd())) })
+}
 
 func (d *File) fallocZeroRange(off, n int64) error {
 	return d.fallocate(unix.FALLOC_FL_ZERO_RANGE|unix.FALLOC_FL_KEEP_SIZE, off, n)
