@@ -155,7 +155,7 @@ func readIdentity(fsys vfs.FS) (identity, error) {
 				return identity{}, ErrDeviceEmpty
 			}
 		}
-		return identity{}, fmt.Errorf("%w: %v", ErrDeviceMissing, err)
+		return identity{}, fmt.Errorf("%w: %w", ErrDeviceMissing, err)
 	}
 	id, err := decodeIdentity(b)
 	if err != nil {

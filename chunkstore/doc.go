@@ -277,6 +277,20 @@
 // No lock is held across a commit's device I/O except commitMu, and no
 // stripe lock is held while waiting for commitMu.
 //
+// # For the target: mapping to NVMe
+//
+// A namespace maps Read and Write to ReadAt and WriteAtFlags (the FUA bit
+// to FUA), Flush to Sync, Write Zeroes to WriteZeroes and Dataset
+// Management deallocate to Discard (reads of deallocated blocks return
+// zeros), and advertises a volatile write cache. Errors map by class:
+// IsUnavailable (too many shards or devices lost) and IsCorruption to a
+// media error (Unrecovered Read Error on reads, Write Fault on writes),
+// IsNoSpace to Capacity Exceeded, ErrOutOfRange to LBA Out of Range,
+// ErrClosed to Namespace Not Ready. Info and Stats feed a status command;
+// Scrub with BytesPerSecond is the background scrubber; Rebuild's Progress
+// drives a progress bar. OpenOrCreateDirs(DeviceDirs(data, g)) gives the
+// default layout DATA/dev0 … DATA/dev{K+M-1}.
+//
 // # Sharp edges
 //
 //   - Small scattered synced writes rewrite whole stripes (see above).
@@ -297,6 +311,8 @@
 //   - A device taken out while running comes back only through a reopen or
 //     Rebuild; Rebuild wants an empty directory.
 //   - At most 64 devices (per-stripe device masks are 64-bit).
+//   - Close while Scrub, RepairQueued or Rebuild runs makes them fail;
+//     cancel their contexts first. Handles (volumes) die with the store.
 //
 // # Libraries
 //

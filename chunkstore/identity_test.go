@@ -201,3 +201,32 @@ func TestStaleReplicaIsBroughtUpToDate(t *testing.T) {
 	assert.Equal(t, after[0], after[2], "Open brought device 2's replica up to date")
 	assert.Equal(t, after[0], after[1])
 }
+
+func TestOpenOrCreateDirs(t *testing.T) {
+	dirs := DeviceDirs(hostDir(t)+"/data", Geometry{2, 1})
+	s, err := OpenOrCreateDirs(dirs, testOpts(Geometry{2, 1}, 4096)...)
+	require.NoError(t, err, "directories that do not exist yet: created")
+	require.NoError(t, s.Close())
+	s, err = OpenOrCreateDirs(dirs)
+	require.NoError(t, err)
+	assert.Equal(t, Geometry{2, 1}, s.Info().Geometry)
+	require.NoError(t, s.Close())
+}
+
+func TestOpenOrCreate(t *testing.T) {
+	td := newTestDevices(t, 3)
+	opts := testOpts(Geometry{2, 1}, 4096)
+	s, err := OpenOrCreate(td.fs(), opts...)
+	require.NoError(t, err, "empty devices: created")
+	id := s.Info().ID
+	require.NoError(t, s.Close())
+	s, err = OpenOrCreate(td.fs(), opts...)
+	require.NoError(t, err)
+	assert.Equal(t, id, s.Info().ID, "existing store: opened")
+	require.NoError(t, s.Close())
+	// A store missing too many devices is refused, not reformatted.
+	fss := td.fs()
+	fss[0], fss[1] = vfs.NewMem(), vfs.NewMem()
+	_, err = OpenOrCreate(fss, opts...)
+	require.ErrorIs(t, err, ErrTooManyFailures)
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/bits"
 	"os"
@@ -165,6 +166,27 @@ func Create(devs []vfs.FS, opts ...Option) (*Store, error) {
 		_ = files.db.Close()
 	}
 	return Open(devs, opts...)
+}
+
+// OpenOrCreate opens the store on devs, or creates one when no device
+// holds any part of a store (every directory is missing or empty). A
+// partly present store is opened (degraded) or refused, never formatted.
+func OpenOrCreate(devs []vfs.FS, opts ...Option) (*Store, error) {
+	s, err := Open(devs, opts...)
+	if err == nil || !errors.Is(err, ErrNoStore) {
+		return s, err
+	}
+	for _, fsys := range devs {
+		if _, ierr := readIdentity(fsys); !errors.Is(ierr, ErrDeviceEmpty) && !errors.Is(ierr, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	return Create(devs, opts...)
+}
+
+// OpenOrCreateDirs is OpenOrCreate on directories (created as needed).
+func OpenOrCreateDirs(dirs []string, opts ...Option) (*Store, error) {
+	return OpenOrCreate(osDevices(dirs), opts...)
 }
 
 // CreateDirs creates the directories and a store on them.
