@@ -391,6 +391,11 @@ func (v *Volume) writeStripe(idx uint64, lo, hi int, src []byte, direct bool) er
 	for _, sec := range [2]int{lo / SectorSize, (hi - 1) / SectorSize} {
 		if !cs.valid[sec] && (lo > sec*SectorSize || hi < min((sec+1)*SectorSize, v.valid(idx))) {
 			if err := v.fill(idx, cs, sec, sec+1); err != nil {
+				if cs.count == 0 {
+					v.mu.Lock()
+					delete(v.cache, idx)
+					v.mu.Unlock()
+				}
 				return err
 			}
 		}
