@@ -1,0 +1,385 @@
+package target
+
+import (
+	"time"
+
+	"github.com/capsule-storage/capsule/nvmeof"
+)
+
+// Admin commands: Identify, Get Log Page, Set and Get Features, Keep
+// Alive, Asynchronous Event Request, Abort (NVMe Base 2.x, 5).
+
+// --- Identify ---
+
+func prepareIdentify(r *request) nvmeof.Status {
+	ctrl, nsid := r.q.ctrl, r.cmd.NSID
+	switch r.cmd.CNS() {
+	case nvmeof.CNSController:
+	case nvmeof.CNSNamespace:
+		if ctrl.discovery {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+		}
+		if nsid == 0 || nsid > MaxNamespaces {
+			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
+		}
+	case nvmeof.CNSNamespaceIDDescriptors:
+		if ctrl.discovery {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+		}
+		if ctrl.sub.Namespace(nsid) == nil {
+			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
+		}
+	case nvmeof.CNSActiveNamespaceList:
+		if ctrl.discovery {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+		}
+		if nsid >= 0xfffffffe {
+			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
+		}
+	default:
+		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+	}
+	r.dir, r.dataLen = nvmeof.ControllerToHost, nvmeof.IdentifyDataSize
+	return nvmeof.StatusSuccess
+}
+
+func executeIdentify(r *request) nvmeof.Status {
+	ctrl, buf := r.q.ctrl, r.data[:nvmeof.IdentifyDataSize]
+	var err error
+	switch r.cmd.CNS() {
+	case nvmeof.CNSController:
+		id := ctrl.identify()
+		_, err = id.MarshalTo(buf)
+	case nvmeof.CNSNamespace:
+		ns := ctrl.sub.Namespace(r.cmd.NSID)
+		if ns == nil {
+			clear(buf) // an inactive NSID: all zeros
+			return nvmeof.StatusSuccess
+		}
+		id := ns.identify()
+		_, err = id.MarshalTo(buf)
+	case nvmeof.CNSNamespaceIDDescriptors:
+		ns := ctrl.sub.Namespace(r.cmd.NSID)
+		if ns == nil {
+			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
+		}
+		ids := nvmeof.NamespaceIDs{NGUID: ns.nguid, UUID: ns.uuid, CSI: nvmeof.CSINVM, HasNGUID: true, HasUUID: true, HasCSI: true}
+		_, err = ids.MarshalTo(buf)
+	case nvmeof.CNSActiveNamespaceList:
+		_, err = nvmeof.MarshalNamespaceList(buf, nvmeof.ActiveNamespacesAfter(ctrl.sub.ns.Load().ids, r.cmd.NSID))
+	}
+	if err != nil {
+		ctrl.log.Error("identify data", "cns", r.cmd.CNS(), "err", err)
+		return nvmeof.StatusInternalError
+	}
+	return nvmeof.StatusSuccess
+}
+
+// identify returns the Identify Controller data of c.
+func (c *controller) identify() nvmeof.IdentifyController {
+	cfg := &c.t.cfg
+	id := nvmeof.IdentifyController{
+		SN:        c.sub.serial,
+		MN:        cfg.modelNumber,
+		FR:        cfg.firmwareRevision,
+		RAB:       6,
+		CMIC:      nvmeof.CMICMultiController,
+		MDTS:      cfg.mdts(),
+		CNTLID:    c.cntlid,
+		VER:       specVersion,
+		CTRATT:    nvmeof.CTRATTHostID128 | ctrattTBKAS,
+		CNTRLTYPE: nvmeof.ControllerTypeIO,
+		ACL:       abortLimit - 1,
+		AERL:      asyncEventLimit - 1,
+		FRMW:      1<<1 | 1, // one slot, slot 1 read-only
+		LPA:       nvmeof.LPASMARTPerNamespace | nvmeof.LPAExtendedData,
+		ELPE:      errorLogEntries - 1,
+		KAS:       keepAliveSupport,
+		SQES:      6<<4 | 6,
+		CQES:      4<<4 | 4,
+		MAXCMD:    uint16(cfg.maxQueueEntries),
+		NN:        MaxNamespaces,
+		ONCS:      nvmeof.ONCSDatasetManagement | nvmeof.ONCSWriteZeroes,
+		VWC:       nvmeof.VWCPresent | nvmeof.VWCFlushBroadcast,
+		SGLS:      nvmeof.SGLSSupported | nvmeof.SGLSKeyedDataBlock | nvmeof.SGLSOffsetAddress,
+		SUBNQN:    c.sub.nqn,
+		IOCCSZ:    uint32(cfg.capsuleSize() / 16),
+		IORCSZ:    nvmeof.CompletionSize / 16,
+		ICDOFF:    0,
+		MSDBD:     1,
+		OFCS:      nvmeof.OFCSDisconnect,
+		OAES:      oaesNamespaceAttribute,
+	}
+	if c.discovery {
+		id.CNTRLTYPE = nvmeof.ControllerTypeDiscovery
+		id.CMIC = 0
+		id.NN = 0
+		id.ONCS = 0
+		id.VWC = 0
+		id.OAES = oaesDiscoveryLogChange
+		id.LPA = nvmeof.LPAExtendedData
+		id.DCTYPE = 1 // direct discovery controller: reports its own subsystems
+		id.OFCS = 0
+		id.FRMW = 0
+	}
+	return id
+}
+
+// identify returns the Identify Namespace data of ns.
+func (ns *Namespace) identify() nvmeof.IdentifyNamespace {
+	id := nvmeof.IdentifyNamespace{
+		NSZE:   ns.blocks,
+		NCAP:   ns.blocks,
+		NUSE:   ns.blocks,
+		NSFEAT: 0,
+		NLBAF:  0,
+		NMIC:   1, // may be attached to several controllers
+		DLFEAT: nvmeof.DLFEATReadZeroes | nvmeof.DLFEATWriteZeroesDeallocate,
+		NGUID:  ns.nguid,
+	}
+	id.LBAF[0] = nvmeof.LBAFormat{LBADS: uint8(ns.blockShift)}
+	return id
+}
+
+// --- Get Log Page ---
+
+func prepareGetLogPage(r *request) nvmeof.Status {
+	ctrl, c := r.q.ctrl, &r.cmd
+	length := c.LogPageLength()
+	if length > uint64(r.q.t.cfg.maxTransfer) {
+		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+	}
+	if c.OffsetType() {
+		// Offsets are byte offsets only (LPA does not claim index offsets).
+		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW14)
+	}
+	switch lid := c.LID(); {
+	case lid == nvmeof.LogErrorInformation:
+	case lid == nvmeof.LogDiscovery && ctrl.discovery:
+	case ctrl.discovery:
+		return r.fail(nvmeof.StatusInvalidLogPage.WithDNR(), nvmeof.CommandOffsetCDW10)
+	case lid == nvmeof.LogSMARTHealth:
+		if nsid := c.NSID; nsid != 0 && nsid != nvmeof.NSIDAll && ctrl.sub.Namespace(nsid) == nil {
+			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
+		}
+	case lid == nvmeof.LogFirmwareSlot, lid == nvmeof.LogChangedNamespaceList:
+	default:
+		return r.fail(nvmeof.StatusInvalidLogPage.WithDNR(), nvmeof.CommandOffsetCDW10)
+	}
+	r.dir, r.dataLen = nvmeof.ControllerToHost, int(length)
+	return nvmeof.StatusSuccess
+}
+
+func executeGetLogPage(r *request) nvmeof.Status {
+	ctrl, c := r.q.ctrl, &r.cmd
+	offset := c.LogPageOffset()
+	var size int
+	switch c.LID() {
+	case nvmeof.LogErrorInformation:
+		size = errorLogEntries * nvmeof.ErrorLogEntrySize
+	case nvmeof.LogSMARTHealth:
+		size = nvmeof.SMARTLogSize
+	case nvmeof.LogFirmwareSlot:
+		size = nvmeof.FirmwareSlotLogSize
+	case nvmeof.LogChangedNamespaceList:
+		size = nvmeof.ChangedNamespaceLogSize
+	}
+	var page []byte
+	if c.LID() == nvmeof.LogDiscovery {
+		page = ctrl.t.discoveryLogPage(ctrl.hostNQN)
+	} else {
+		if offset%4 != 0 || offset > uint64(size) {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW12)
+		}
+		page = make([]byte, size)
+	}
+	switch c.LID() {
+	case nvmeof.LogErrorInformation:
+		ctrl.errorLogPage(page)
+	case nvmeof.LogSMARTHealth:
+		ctrl.smartLog(c.NSID).MarshalTo(page)
+	case nvmeof.LogFirmwareSlot:
+		fw := nvmeof.FirmwareSlotLog{AFI: 1}
+		fw.FRS[0] = ctrl.t.cfg.firmwareRevision
+		fw.MarshalTo(page)
+	case nvmeof.LogChangedNamespaceList:
+		ctrl.changedNamespacePage(page, c.RAE())
+	}
+	if st := nvmeof.CopyLogPage(r.data[:r.dataLen], page, offset); !st.Success() {
+		return r.fail(st, nvmeof.CommandOffsetCDW12)
+	}
+	if c.LID() == nvmeof.LogDiscovery {
+		ctrl.discoveryPageRead(c.RAE())
+	}
+	return nvmeof.StatusSuccess
+}
+
+// smartLog returns the SMART / Health log of one namespace, or of all of
+// them for NSID 0 or FFFFFFFFh.
+func (c *controller) smartLog(nsid uint32) *nvmeof.SMARTLog {
+	var reads, writes, bytesRead, bytesWritten uint64
+	for _, ns := range c.sub.Namespaces() {
+		if nsid != 0 && nsid != nvmeof.NSIDAll && ns.nsid != nsid {
+			continue
+		}
+		reads += ns.readCommands.Load()
+		writes += ns.writeCommands.Load()
+		bytesRead += ns.bytesRead.Load()
+		bytesWritten += ns.bytesWritten.Load()
+	}
+	// Data units are thousands of 512-byte units, rounded up.
+	units := func(b uint64) nvmeof.Uint128 { return nvmeof.Uint128{Lo: (b + 512*1000 - 1) / (512 * 1000)} }
+	return &nvmeof.SMARTLog{
+		DataUnitsRead:     units(bytesRead),
+		DataUnitsWritten:  units(bytesWritten),
+		HostReadCommands:  nvmeof.Uint128{Lo: reads},
+		HostWriteCommands: nvmeof.Uint128{Lo: writes},
+		PowerOnHours:      nvmeof.Uint128{Lo: uint64(time.Since(c.t.started) / time.Hour)},
+		ErrorLogEntries:   nvmeof.Uint128{Lo: c.errorCount()},
+	}
+}
+
+func (c *controller) errorCount() uint64 {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.errCount
+}
+
+// --- Set Features and Get Features ---
+
+// featureChangeable is DW0 of Get Features with SEL 011b for every
+// feature this controller has: changeable, not saveable, not namespace
+// specific.
+const featureChangeable = 1 << 2
+
+func prepareFeatures(r *request) nvmeof.Status {
+	if r.cmd.Opcode == nvmeof.AdminSetFeatures && r.cmd.Save() {
+		return r.fail(nvmeof.StatusFeatureNotSaveable.WithDNR(), nvmeof.CommandOffsetCDW10)
+	}
+	// None of the features served carries a data buffer.
+	return nvmeof.StatusSuccess
+}
+
+// featureSupported reports whether the controller has feature fid.
+func (c *controller) featureSupported(fid nvmeof.FeatureID) bool {
+	switch fid {
+	case nvmeof.FeatureKeepAliveTimer, nvmeof.FeatureAsyncEventConfig:
+		return true
+	case nvmeof.FeatureNumberOfQueues, nvmeof.FeatureVolatileWriteCache:
+		return !c.discovery
+	}
+	return false
+}
+
+// supportedEvents is the AEC bits c can report.
+func (c *controller) supportedEvents() nvmeof.AsyncEventConfig {
+	if c.discovery {
+		return nvmeof.AECDiscoveryLogPageChange
+	}
+	return nvmeof.AECNamespaceAttribute
+}
+
+func executeSetFeatures(r *request) nvmeof.Status {
+	ctrl, fid, v := r.q.ctrl, r.cmd.FID(), r.cmd.FeatureValue()
+	if !ctrl.featureSupported(fid) {
+		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+	}
+	ctrl.mu.Lock()
+	defer ctrl.mu.Unlock()
+	switch fid {
+	case nvmeof.FeatureNumberOfQueues:
+		n := nvmeof.NumberOfQueues(v)
+		if !n.Valid() {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+		if ctrl.ioCount > 0 {
+			return r.fail(nvmeof.StatusCommandSequenceError.WithDNR(), nvmeof.CommandOffsetCDW10)
+		}
+		ctrl.queuesGranted = min(n.SubmissionQueues(), n.CompletionQueues(), ctrl.t.cfg.maxIOQueues)
+		r.rsp.DW0 = ctrl.numberOfQueuesLocked()
+	case nvmeof.FeatureKeepAliveTimer:
+		kato := time.Duration(v) * time.Millisecond
+		if kato == 0 && ctrl.discovery {
+			kato = DiscoveryKATO
+		}
+		ctrl.setKeepAliveLocked(kato)
+	case nvmeof.FeatureAsyncEventConfig:
+		aec := nvmeof.AsyncEventConfig(v)
+		if aec&^ctrl.supportedEvents() != 0 {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+		ctrl.aec = aec
+		ctrl.deliverEventsLocked()
+	case nvmeof.FeatureVolatileWriteCache:
+		ctrl.wce.Store(nvmeof.VolatileWriteCache(v).WCE())
+	}
+	return nvmeof.StatusSuccess
+}
+
+func executeGetFeatures(r *request) nvmeof.Status {
+	ctrl, fid, sel := r.q.ctrl, r.cmd.FID(), r.cmd.Select()
+	if !ctrl.featureSupported(fid) {
+		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+	}
+	if sel > nvmeof.SelectCapabilities {
+		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+	}
+	if sel == nvmeof.SelectCapabilities {
+		r.rsp.DW0 = featureChangeable
+		return nvmeof.StatusSuccess
+	}
+	current := sel == nvmeof.SelectCurrent // default and saved are the same: nothing is saveable
+	ctrl.mu.Lock()
+	defer ctrl.mu.Unlock()
+	switch fid {
+	case nvmeof.FeatureNumberOfQueues:
+		if current {
+			r.rsp.DW0 = ctrl.numberOfQueuesLocked()
+		} else {
+			n := uint32(ctrl.t.cfg.maxIOQueues - 1)
+			r.rsp.DW0 = n | n<<16
+		}
+	case nvmeof.FeatureKeepAliveTimer:
+		switch {
+		case current:
+			r.rsp.DW0 = uint32(ctrl.kato / time.Millisecond)
+		case ctrl.discovery:
+			r.rsp.DW0 = uint32(DiscoveryKATO / time.Millisecond)
+		}
+	case nvmeof.FeatureAsyncEventConfig:
+		if current {
+			r.rsp.DW0 = uint32(ctrl.aec)
+		}
+	case nvmeof.FeatureVolatileWriteCache:
+		if !current || ctrl.wce.Load() {
+			r.rsp.DW0 = 1
+		}
+	}
+	return nvmeof.StatusSuccess
+}
+
+// numberOfQueuesLocked is the Number of Queues value granted: NSQA and
+// NCQA, 0's based.
+func (c *controller) numberOfQueuesLocked() uint32 {
+	n := uint32(c.queuesGranted - 1)
+	return n | n<<16
+}
+
+// --- Keep Alive, Asynchronous Event Request, Abort ---
+
+func executeKeepAlive(r *request) nvmeof.Status {
+	// Every command restarts the keep-alive period (queue.dispatch sets
+	// the controller's traffic flag); Keep Alive has nothing else to do.
+	return nvmeof.StatusSuccess
+}
+
+func executeAsyncEventRequest(r *request) nvmeof.Status { return r.q.ctrl.holdAER(r) }
+
+func executeAbort(r *request) nvmeof.Status {
+	// Commands are not queued inside the controller: by the time an Abort
+	// runs, the command it names has completed or is being executed. The
+	// spec allows a controller to complete Abort without aborting.
+	r.rsp.DW0 = nvmeof.AbortNotAborted
+	return nvmeof.StatusSuccess
+}
+

@@ -1,0 +1,121 @@
+package target
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/capsule-storage/capsule/nvmeof"
+)
+
+// discoveryChanged bumps the discovery log's generation counter and tells
+// discovery controllers that asked for the event.
+func (t *Target) discoveryChanged() {
+	t.genctr.Add(1)
+	t.discovery.mu.Lock()
+	ctrls := t.discovery.controllerListLocked()
+	t.discovery.mu.Unlock()
+	for _, c := range ctrls {
+		c.discoveryLogChanged()
+	}
+}
+
+// discoveryLogPage renders the discovery log for a host: one entry per
+// listener for the discovery subsystem itself (SUBTYPE 3), then one per
+// listener for every NVM subsystem the host may connect to (SUBTYPE 2).
+func (t *Target) discoveryLogPage(hostNQN string) []byte {
+	t.mu.Lock()
+	listeners := append([]listener(nil), t.listeners...)
+	subs := append([]*Subsystem(nil), t.order...)
+	t.mu.Unlock()
+
+	var log nvmeof.DiscoveryLog
+	for {
+		gen := t.genctr.Load()
+		log = nvmeof.DiscoveryLog{GenCtr: gen}
+		for _, l := range listeners {
+			e := l.entry()
+			e.SUBTYPE = nvmeof.SubsystemCurrentDiscovery
+			e.SUBNQN = nvmeof.DiscoveryNQN
+			log.Entries = append(log.Entries, e)
+		}
+		for _, s := range subs {
+			if !s.HostAllowed(hostNQN) {
+				continue
+			}
+			for _, l := range listeners {
+				e := l.entry()
+				e.SUBTYPE = nvmeof.SubsystemNVMe
+				e.SUBNQN = s.nqn
+				log.Entries = append(log.Entries, e)
+			}
+		}
+		if t.genctr.Load() == gen {
+			break
+		}
+	}
+	page, err := log.MarshalBinary()
+	if err != nil {
+		// Every field comes from validated configuration.
+		panic(fmt.Sprintf("target: discovery log does not encode: %v", err))
+	}
+	return page
+}
+
+// discoveryEntry returns the transport fields of a discovery log entry
+// for an RDMA listener URL (fault+ wrappers are described as the
+// transport they wrap):
+//
+//	iwarp://ADDR:PORT  TRTYPE RDMA, ADRFAM IPv4 or IPv6, TRADDR ADDR,
+//	                   TRSVCID PORT, TSAS: RC QP, PRTYPE iWARP, CMS RDMA_CM
+//	rdma://ADDR:PORT   the same with PRTYPE "not specified" (the NIC decides)
+//	shm://NAME         TRTYPE RDMA, ADRFAM Intra Host (FEh), TRADDR NAME,
+//	                   TRSVCID empty, TSAS: RC QP, PRTYPE "not specified",
+//	                   CMS RDMA_CM
+//
+// An address that is not an IP literal (a host name) is reported as IPv4,
+// as Linux nvmet does for names it cannot classify.
+func discoveryEntry(url string, portID uint16) (nvmeof.DiscoveryLogEntry, error) {
+	e := nvmeof.DiscoveryLogEntry{
+		TRTYPE: nvmeof.TransportRDMA,
+		TREQ:   nvmeof.TREQSecureChannelNotRequired | nvmeof.TREQDisableSQFlowControl,
+		PORTID: portID,
+		CNTLID: nvmeof.CNTLIDDynamic,
+		ASQSZ:  AdminQueueEntries,
+	}
+	scheme, rest, ok := strings.Cut(url, "://")
+	if !ok {
+		return e, fmt.Errorf("target: listener address %q is not a URL", url)
+	}
+	if i := strings.LastIndexByte(scheme, '+'); i >= 0 {
+		scheme = scheme[i+1:] // a wrapper provider such as fault+iwarp
+	}
+	tsas := nvmeof.RDMATransportAddress{QPType: nvmeof.RDMAQPTypeReliableConnected, Provider: nvmeof.RDMAProviderNone,
+		CMS: nvmeof.RDMACMSRDMACM}
+	switch scheme {
+	case "shm":
+		e.ADRFAM = nvmeof.AddressFamilyIntraHost
+		e.TRADDR = rest
+	case "iwarp", "rdma":
+		host, port, err := net.SplitHostPort(rest)
+		if err != nil {
+			return e, fmt.Errorf("target: listener address %q: %w", url, err)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return e, fmt.Errorf("target: listener address %q: port %q", url, port)
+		}
+		e.ADRFAM = nvmeof.AddressFamilyIPv4
+		if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+			e.ADRFAM = nvmeof.AddressFamilyIPv6
+		}
+		e.TRADDR, e.TRSVCID = host, port
+		if scheme == "iwarp" {
+			tsas.Provider = nvmeof.RDMAProviderIWARP
+		}
+	default:
+		return e, fmt.Errorf("target: listener address %q: scheme %q has no NVMe-oF binding", url, scheme)
+	}
+	e.SetRDMA(tsas)
+	return e, nil
+}
