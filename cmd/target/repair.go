@@ -1,0 +1,311 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	// The progress bar: github.com/schollz/progressbar/v3. It is kept up,
+	// pure Go, writes to any io.Writer, and with a known total it renders
+	// only when told to (no goroutine of its own). We decide ourselves
+	// whether the writer is a terminal (golang.org/x/term, which it already
+	// depends on) and print plain lines when it is not.
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/capsule-storage/capsule/chunkstore"
+)
+
+func repairCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "repair",
+		Usage:     "rebuild a lost device of an erasure-coded store onto a new, empty directory",
+		UsageText: "target repair --data DIR --device NEWDIR [--position N] [--ec K+M] [--rate BYTES/s]",
+		Description: "Repair fills NEWDIR with the shards the lost device held, reconstructed from\n" +
+			"the others, and makes it a member of the store in the lost device's place.\n" +
+			"NEWDIR must be new or empty (a file system's lost+found is fine); it is created\n" +
+			"if needed. Stop `target serve` first: a store is opened by one process at a time.\n" +
+			"\n" +
+			"Which device NEWDIR replaces:\n" +
+			"  1. --position N, if given (0 … K+M-1);\n" +
+			"  2. otherwise N, when NEWDIR is DATA/devN itself (a new disk mounted where\n" +
+			"     the old one was);\n" +
+			"  3. otherwise the one device of DATA/dev0 … DATA/dev{K+M-1} the store cannot\n" +
+			"     use (gone, empty, failed, replaced, or a rebuild in progress), as the\n" +
+			"     devices' identity records tell. With several, say which with --position.\n" +
+			"When NEWDIR is not DATA/devN, later commands must be told: give scrub every\n" +
+			"device with --device, or move NEWDIR to DATA/devN (or make DATA/devN a symlink).\n" +
+			"\n" +
+			"Repair is resumable: it saves its progress as it goes, so after Ctrl-C, a crash\n" +
+			"or a reboot, run the same command again and it continues where it stopped.\n" +
+			"Progress is a bar on a terminal and a line every 5 % (or 30 s) otherwise.\n" +
+			"\n" +
+			"The last line on stdout is a summary for scripts:\n" +
+			"  repair: device=N stripes=N rebuilt=N skipped=N unrecoverable=N bytes=N complete=true\n" +
+			"rebuilt stripes got their shard on NEWDIR; skipped ones needed none (written\n" +
+			"after the rebuild began, or done before a resume); unrecoverable ones have\n" +
+			"fewer than K good shards on the other devices: that data is lost.\n" +
+			"\n" +
+			"Exit status: 0 rebuilt; 1 the repair could not run or was interrupted (run it\n" +
+			"again to resume); 2 bad flags; 3 some stripe is unrecoverable.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data", Usage: "the store's data `DIR`, holding dev0, dev1, …"},
+			&cli.StringFlag{Name: "device", Usage: "the new, empty `NEWDIR` standing in for the lost device"},
+			&cli.IntFlag{Name: "position", Value: -1, Usage: "the lost device's position `N` (DATA/devN); found by itself when not given"},
+			&cli.StringFlag{Name: "ec", Value: chunkstore.DefaultGeometry.String(),
+				Usage: "the store's geometry `K+M`: K data and M parity devices; it sets how many DATA/devN there are"},
+			&cli.StringFlag{Name: "rate", Value: "0", Usage: "limit reads to `BYTES` per second, e.g. 50MiB or 200MB (0: no limit)"},
+		},
+		Action: runRepair,
+	}
+}
+
+func runRepair(c *cli.Context) error {
+	data, device := c.String("data"), c.String("device")
+	if strings.TrimSpace(data) == "" {
+		return usageError("--data DIR is required: the store's data directory, holding dev0, dev1, …")
+	}
+	if strings.TrimSpace(device) == "" {
+		return usageError("--device NEWDIR is required: the new, empty directory that takes the lost device's place")
+	}
+	g, err := parseGeometryFlag(c)
+	if err != nil {
+		return err
+	}
+	rate, err := parseRateFlag(c)
+	if err != nil {
+		return err
+	}
+	if c.NArg() > 0 {
+		return usageError("repair takes no arguments, got %q", c.Args().Slice())
+	}
+	l := storeLayout{dirs: chunkstore.DeviceDirs(data, g), geo: g, geoSet: c.IsSet("ec")}
+	pos := c.Int("position")
+	if c.IsSet("position") && (pos < 0 || pos >= g.Devices()) {
+		return usageError("bad --position %d: a %s store has devices 0 to %d", pos, g, g.Devices()-1)
+	}
+	if !c.IsSet("position") {
+		if pos, err = replacedPosition(l, device); err != nil {
+			return err
+		}
+	}
+	if err := checkReplacement(device); err != nil {
+		return err
+	}
+
+	dirs := slices.Clone(l.dirs)
+	dirs[pos] = device
+	s, err := openStore(l, dirs)
+	if err != nil {
+		return err
+	}
+	defer s.Close() // for the early return; Close is idempotent
+	info := s.Info().Devices[pos]
+	switch info.State {
+	case chunkstore.DeviceHealthy:
+		return fmt.Errorf("repair: device %d (%s) is a healthy member of the store: nothing to rebuild. "+
+			"repair wants a new, empty directory in place of a lost device; `target scrub` checks and fixes shards", pos, device)
+	case chunkstore.DeviceRebuilding:
+		fmt.Fprintf(c.App.ErrWriter, "repair: resuming the rebuild of device %d in %s\n", pos, device)
+	default:
+		fmt.Fprintf(c.App.ErrWriter, "repair: rebuilding device %d in %s\n", pos, device)
+	}
+	for _, d := range s.Info().Devices {
+		if d.Pos != pos && d.State != chunkstore.DeviceHealthy {
+			fmt.Fprintf(c.App.ErrWriter, "repair: device %d (%s) is %s too; rebuild it next\n", d.Pos, d.Name, d.State)
+		}
+	}
+
+	progress := newProgressDisplay(c.App.ErrWriter, fmt.Sprintf("repair: device %d", pos))
+	rep, rebuildErr := s.Rebuild(c.Context, pos, chunkstore.RebuildOptions{BytesPerSecond: rate, Progress: progress.update})
+	progress.finish()
+	closeErr := s.Close()
+
+	fmt.Fprintf(c.App.Writer, "repair: device=%d stripes=%d rebuilt=%d skipped=%d unrecoverable=%d bytes=%d complete=%t\n",
+		pos, rep.Stripes, rep.Rebuilt, rep.Skipped, rep.Unrecoverable, rep.Bytes, rebuildErr == nil)
+	if rebuildErr != nil {
+		if c.Context.Err() != nil {
+			return fmt.Errorf("repair interrupted; its progress is saved: run the same command again to resume: %w", rebuildErr)
+		}
+		return fmt.Errorf("repair of device %d: %w (run the same command again to resume once the cause is fixed)", pos, rebuildErr)
+	}
+	if closeErr != nil {
+		return fmt.Errorf("repair: closing the store: %w", closeErr)
+	}
+	if !sameDir(device, l.dirs[pos]) {
+		fmt.Fprintf(c.App.ErrWriter, "repair: device %d is now %s, not %s: give every device with --device from now on, or move it to %s\n",
+			pos, device, l.dirs[pos], l.dirs[pos])
+	}
+	if rep.Unrecoverable > 0 {
+		return cli.Exit(fmt.Sprintf("repair: %d stripes are unrecoverable: fewer than K good shards were left on the other devices", rep.Unrecoverable), exitUnrecoverable)
+	}
+	return nil
+}
+
+// replacedPosition finds which device the new directory replaces: the
+// default directory it is, or else the one device the store cannot use.
+func replacedPosition(l storeLayout, device string) (int, error) {
+	for i, d := range l.dirs {
+		if sameDir(device, d) {
+			return i, nil
+		}
+	}
+	s, err := openStore(l, l.dirs)
+	var unusable []int
+	var de *chunkstore.DevicesError
+	switch {
+	case err == nil:
+		for _, d := range s.Info().Devices {
+			if d.State != chunkstore.DeviceHealthy {
+				unusable = append(unusable, d.Pos)
+			}
+		}
+		if err := s.Close(); err != nil {
+			return 0, fmt.Errorf("open store: %w", err)
+		}
+	case errors.As(err, &de):
+		for _, d := range de.Devices {
+			if !slices.Contains(unusable, d.Pos) {
+				unusable = append(unusable, d.Pos)
+			}
+		}
+		if len(unusable) != 1 {
+			return 0, err
+		}
+	default:
+		return 0, err
+	}
+	switch len(unusable) {
+	case 1:
+		return unusable[0], nil
+	case 0:
+		return 0, fmt.Errorf("repair: every device of the store (%s) is healthy: nothing to rebuild", strings.Join(l.dirs, ", "))
+	}
+	return 0, usageError("repair: devices %v cannot be used; say which one %s replaces with --position N (and rebuild the others after it)", unusable, device)
+}
+
+// sameDir reports whether a and b name the same directory: the same
+// file when both exist, the same absolute path otherwise.
+func sameDir(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(sa, sb)
+	}
+	pa, errA := filepath.Abs(a)
+	pb, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && pa == pb
+}
+
+// deviceFiles are the names a device directory holds (chunkstore's doc.go:
+// identity, shards, meta.db; identity.tmp while the identity is written),
+// and what a fresh file system puts in its root.
+var deviceFiles = []string{"identity", "identity.tmp", "shards", "meta.db", "lost+found"}
+
+// checkReplacement refuses a directory that holds anything but a device's
+// own files, so a mistyped --device does not turn a directory of other
+// files into a device. A directory with an identity record is left to the
+// store: it is a rebuild to resume, or refused as foreign.
+func checkReplacement(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("repair: --device %s: %w", dir, err)
+	}
+	var other []string
+	for _, e := range ents {
+		if !slices.Contains(deviceFiles, e.Name()) {
+			other = append(other, e.Name())
+		}
+	}
+	if len(other) > 0 {
+		if len(other) > 5 {
+			other = append(other[:5], "…")
+		}
+		return usageError("repair: --device %s is not empty (it holds %s): give a new or emptied directory; repair makes it a device of the store",
+			dir, strings.Join(other, ", "))
+	}
+	return nil
+}
+
+// progressDisplay shows how far a scrub or rebuild has come on w: a bar
+// when w is a terminal, otherwise a plain line every 5 % or 30 s, so logs
+// and pipes stay readable.
+type progressDisplay struct {
+	w     io.Writer
+	label string // "repair: device 2"
+	tty   bool
+
+	bar      *progressbar.ProgressBar // on a terminal, from the first update
+	lastPct  int64                    // percent of the last line, -1 before it
+	lastLine time.Time
+}
+
+func newProgressDisplay(w io.Writer, label string) *progressDisplay {
+	f, ok := w.(*os.File)
+	return &progressDisplay{w: w, label: label, tty: ok && term.IsTerminal(int(f.Fd())), lastPct: -1}
+}
+
+// update is a chunkstore Progress callback.
+func (d *progressDisplay) update(p chunkstore.Progress) {
+	if p.Stripes <= 0 {
+		return
+	}
+	if d.tty {
+		if d.bar == nil {
+			d.bar = progressbar.NewOptions64(p.Stripes,
+				progressbar.OptionSetWriter(d.w),
+				progressbar.OptionSetDescription(d.label),
+				progressbar.OptionSetItsString("stripes"),
+				progressbar.OptionShowCount(),
+				progressbar.OptionShowIts(),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionThrottle(100*time.Millisecond),
+				progressbar.OptionFullWidth(),
+			)
+		}
+		_ = d.bar.Set64(p.Done)
+		return
+	}
+	pct := p.Done * 100 / p.Stripes
+	due := d.lastPct < 0 || pct >= d.lastPct+5 ||
+		(pct > d.lastPct && time.Since(d.lastLine) >= 30*time.Second) ||
+		(p.Done >= p.Stripes && pct != d.lastPct)
+	if due {
+		d.line(p, pct)
+	}
+}
+
+func (d *progressDisplay) line(p chunkstore.Progress, pct int64) {
+	fmt.Fprintf(d.w, "%s: %d/%d stripes (%d%%), %s read\n", d.label, p.Done, p.Stripes, pct, formatBytes(p.Bytes))
+	d.lastPct, d.lastLine = pct, time.Now()
+}
+
+// finish ends the bar's line (the last state stays on screen).
+func (d *progressDisplay) finish() {
+	if d.bar != nil {
+		fmt.Fprintln(d.w)
+	}
+}
+
+// formatBytes writes n in binary units: 512 B, 1.5 MiB.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

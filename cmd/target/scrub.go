@@ -1,0 +1,279 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/capsule-storage/capsule/chunkstore"
+)
+
+// Exit statuses of scrub and repair (a plain error exits 1 through main).
+const (
+	exitUsage         = 2 // bad flags: nothing was opened or written
+	exitUnrecoverable = 3 // some stripes cannot be reconstructed: data is lost
+)
+
+func scrubCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "scrub",
+		Usage: "verify every shard of an erasure-coded store and repair what can be repaired",
+		UsageText: "target scrub --data DIR [--ec K+M] [--rate BYTES/s] [--no-repair]\n" +
+			"target scrub --device DIR --device DIR ... [--ec K+M] [--rate BYTES/s] [--no-repair]",
+		Description: "Scrub reads every shard of every stripe, checks its header and its CRC32C\n" +
+			"sector checksums, and checks data against parity. A bad shard is rewritten in\n" +
+			"place from the others; the repairs are on disk when scrub returns.\n" +
+			"\n" +
+			"The store is on DATA/dev0 … DATA/dev{K+M-1} (K+M from --ec, 4+2 by default),\n" +
+			"or on the directories --device names, every one of them, in order. Stop\n" +
+			"`target serve` first: a store is opened by one process at a time.\n" +
+			"A missing device does not stop the scrub (up to M may be missing); its shards\n" +
+			"are counted as degraded. Replace it and run `target repair`.\n" +
+			"\n" +
+			"The last line on stdout is a summary for scripts:\n" +
+			"  scrub: checked=N damaged=N repaired=N unrecoverable=N degraded=N shards_repaired=N bytes=N complete=true\n" +
+			"checked stripes were read whole; damaged ones had a missing, unreadable,\n" +
+			"corrupt or stale shard, and are either repaired (every bad shard rewritten),\n" +
+			"degraded (a bad shard is on a missing device: `target repair` fixes it) or\n" +
+			"unrecoverable (fewer than K good shards: that data is lost and reads of it\n" +
+			"fail). Lines before it name each damaged stripe (the first 100).\n" +
+			"complete=false means the scrub was interrupted; the repairs made so far stay.\n" +
+			"\n" +
+			"Exit status: 0 nothing unrecoverable; 1 the scrub could not run or was\n" +
+			"interrupted; 2 bad flags; 3 some stripe is unrecoverable.",
+		Flags: append(storeFlags(
+			"a device `DIR`, repeated once per device in order (default DATA/dev0 … DATA/dev{K+M-1})"),
+			&cli.StringFlag{Name: "rate", Value: "0", Usage: "limit reads to `BYTES` per second, e.g. 50MiB or 200MB (0: no limit)"},
+			&cli.BoolFlag{Name: "no-repair", Usage: "only report; write nothing"},
+		),
+		Action: runScrub,
+	}
+}
+
+// storeFlags are the flags that say where a store is. deviceUsage
+// describes --device, whose meaning differs between scrub and repair.
+func storeFlags(deviceUsage string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "data", Usage: "the store's data `DIR`, holding dev0, dev1, …"},
+		&cli.StringSliceFlag{Name: "device", Usage: deviceUsage},
+		&cli.StringFlag{Name: "ec", Value: chunkstore.DefaultGeometry.String(),
+			Usage: "the store's geometry `K+M`: K data and M parity devices; it sets how many DATA/devN there are"},
+	}
+}
+
+// storeLayout is where a command finds a store.
+type storeLayout struct {
+	dirs   []string            // one per device, in order
+	geo    chunkstore.Geometry // --ec, or the default
+	geoSet bool                // --ec was given: Open checks it against the store
+}
+
+// usageError is a bad flag: exit status 2, before anything is opened.
+func usageError(format string, args ...any) error {
+	return cli.Exit(fmt.Sprintf(format, args...), exitUsage)
+}
+
+// parseGeometryFlag reads --ec.
+func parseGeometryFlag(c *cli.Context) (chunkstore.Geometry, error) {
+	g, err := chunkstore.ParseGeometry(c.String("ec"))
+	if err != nil {
+		return g, usageError("bad --ec: %v", err)
+	}
+	return g, nil
+}
+
+// parseRateFlag reads --rate: a size as parseSize takes it, optionally
+// followed by "/s".
+func parseRateFlag(c *cli.Context) (int64, error) {
+	s := strings.TrimSpace(c.String("rate"))
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "/s"), "/S")
+	n, err := parseSize(s)
+	if err != nil {
+		return 0, usageError("bad --rate: %v (for example 50MiB for 50 MiB/s, 0 for no limit)", err)
+	}
+	return n, nil
+}
+
+// parseStoreLayout reads --data, --device (every device) and --ec.
+func parseStoreLayout(c *cli.Context) (storeLayout, error) {
+	g, err := parseGeometryFlag(c)
+	if err != nil {
+		return storeLayout{}, err
+	}
+	l := storeLayout{geo: g, geoSet: c.IsSet("ec")}
+	devs := c.StringSlice("device")
+	data := c.String("data")
+	switch {
+	case len(devs) > 0:
+		for _, d := range devs {
+			if strings.TrimSpace(d) == "" {
+				return l, usageError("--device needs a directory")
+			}
+		}
+		if l.geoSet && len(devs) != g.Devices() {
+			return l, usageError("--ec %s needs %d --device directories, %d given", g, g.Devices(), len(devs))
+		}
+		l.dirs = devs
+	case data != "":
+		l.dirs = chunkstore.DeviceDirs(data, g)
+	default:
+		return l, usageError("say where the store is: --data DIR (devices DIR/dev0 … DIR/dev{K+M-1}), or --device DIR once per device")
+	}
+	return l, nil
+}
+
+// openStore opens the store on dirs, never creating one, and explains the
+// errors an operator can act on.
+func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
+	opts := []chunkstore.Option{chunkstore.WithLogger(slog.Default())}
+	if l.geoSet {
+		opts = append(opts, chunkstore.WithGeometry(l.geo))
+	}
+	s, err := chunkstore.OpenDirs(dirs, opts...)
+	if err == nil {
+		return s, nil
+	}
+	var hint string
+	switch {
+	case errors.Is(err, chunkstore.ErrDeviceBusy):
+		hint = "another process has the store open: stop `target serve` (it scrubs in the background itself) and try again"
+	case errors.Is(err, chunkstore.ErrNoStore):
+		hint = "no store in " + strings.Join(dirs, ", ") + "; is --data (or --device) right?"
+	case errors.Is(err, chunkstore.ErrGeometryMismatch), errors.Is(err, chunkstore.ErrInvalidArgument):
+		hint = "--ec must be the store's geometry (default " + chunkstore.DefaultGeometry.String() + "), and --device, when given, must name every device"
+	case errors.Is(err, chunkstore.ErrDeviceSwapped):
+		hint = "give the devices in the order the store was created with"
+	case errors.Is(err, chunkstore.ErrForeignDevice):
+		hint = "a device belongs to another store or was replaced; leave it out of the list (or empty it and run `target repair`)"
+	case errors.Is(err, chunkstore.ErrTooManyFailures):
+		hint = "more devices are missing than the parity covers; bring them back before scrubbing"
+	}
+	if hint != "" {
+		return nil, fmt.Errorf("open store: %w\n%s", err, hint)
+	}
+	return nil, fmt.Errorf("open store: %w", err)
+}
+
+// reportDevices warns on w about every device the store cannot use and
+// returns their positions.
+func reportDevices(w io.Writer, cmd string, s *chunkstore.Store) []int {
+	var unusable []int
+	for _, d := range s.Info().Devices {
+		if d.State == chunkstore.DeviceHealthy {
+			continue
+		}
+		unusable = append(unusable, d.Pos)
+		msg := fmt.Sprintf("%s: device %d (%s) is %s", cmd, d.Pos, d.Name, d.State)
+		if d.Err != nil {
+			msg += ": " + d.Err.Error()
+		}
+		fmt.Fprintln(w, msg)
+	}
+	return unusable
+}
+
+func runScrub(c *cli.Context) error {
+	l, err := parseStoreLayout(c)
+	if err != nil {
+		return err
+	}
+	rate, err := parseRateFlag(c)
+	if err != nil {
+		return err
+	}
+	if c.NArg() > 0 {
+		return usageError("scrub takes no arguments, got %q", c.Args().Slice())
+	}
+	s, err := openStore(l, l.dirs)
+	if err != nil {
+		return err
+	}
+	unusable := reportDevices(c.App.ErrWriter, "scrub", s)
+
+	progress := newProgressDisplay(c.App.ErrWriter, "scrub")
+	rep, scrubErr := s.Scrub(c.Context, chunkstore.ScrubOptions{
+		BytesPerSecond: rate,
+		NoRepair:       c.Bool("no-repair"),
+		Progress:       progress.update,
+	})
+	progress.finish()
+	closeErr := s.Close()
+
+	out := c.App.Writer
+	var listed int64
+	for _, p := range rep.Problems {
+		// With a device missing every stripe is damaged; list the others.
+		if p.Err == nil && onlyOn(p.Devices, unusable) {
+			continue
+		}
+		fmt.Fprintln(out, describeProblem(p))
+		listed++
+	}
+	if more := rep.Damaged - listed; more > 0 {
+		why := "only the first 100 are kept"
+		if len(unusable) > 0 {
+			why = "stripes whose only bad shards are on the unusable devices, and past the first 100"
+		}
+		fmt.Fprintf(out, "scrub: %s not listed (%s)\n", stripes(more, "more damaged stripe"), why)
+	}
+	fmt.Fprintf(out, "scrub: checked=%d damaged=%d repaired=%d unrecoverable=%d degraded=%d shards_repaired=%d bytes=%d complete=%t\n",
+		rep.Checked, rep.Damaged, rep.Repaired, rep.Unrecoverable, rep.Degraded, rep.ShardsRepaired, rep.Bytes, scrubErr == nil)
+	if rep.Degraded > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "scrub: %s shards on devices the store cannot use; replace the device and run `target repair`\n", stripes(rep.Degraded, "stripe has", "stripes have"))
+	}
+
+	switch {
+	case rep.Unrecoverable > 0:
+		msg := fmt.Sprintf("scrub: %s unrecoverable: fewer than K shards are good, and reads fail", stripes(rep.Unrecoverable, "stripe is", "stripes are"))
+		if scrubErr != nil {
+			msg += fmt.Sprintf(" (and the scrub stopped early: %v)", scrubErr)
+		}
+		return cli.Exit(msg, exitUnrecoverable)
+	case scrubErr != nil:
+		return fmt.Errorf("scrub stopped after %d stripes (the repairs made so far are on disk; run it again to check the rest): %w", rep.Checked, scrubErr)
+	case closeErr != nil:
+		return fmt.Errorf("scrub: closing the store: %w", closeErr)
+	}
+	return nil
+}
+
+// onlyOn reports whether every device of devs is in set (and there is one).
+func onlyOn(devs, set []int) bool {
+	for _, d := range devs {
+		if !slices.Contains(set, d) {
+			return false
+		}
+	}
+	return len(devs) > 0
+}
+
+// describeProblem is one line about a damaged stripe.
+func describeProblem(p chunkstore.StripeProblem) string {
+	what := fmt.Sprintf("chunk %s", p.Chunk)
+	if p.Volume != "" {
+		what = fmt.Sprintf("volume %q", p.Volume)
+	}
+	s := fmt.Sprintf("damaged: %s stripe %d, bad shards on devices %v", what, p.Index, slices.Sorted(slices.Values(p.Devices)))
+	if p.Err != nil {
+		s += ": unrecoverable: " + p.Err.Error()
+	}
+	return s
+}
+
+// stripes writes n with the singular or plural noun: stripes(1, "stripe
+// is", "stripes are"); with one form, the plural adds an s.
+func stripes(n int64, forms ...string) string {
+	one, many := forms[0], forms[0]+"s"
+	if len(forms) > 1 {
+		many = forms[1]
+	}
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
