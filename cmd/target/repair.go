@@ -39,8 +39,8 @@ func repairCommand() *cli.Command {
 			"  3. otherwise the one device of DATA/dev0 … DATA/dev{K+M-1} the store cannot\n" +
 			"     use (gone, empty, failed, replaced, or a rebuild in progress), as the\n" +
 			"     devices' identity records tell. With several, say which with --position.\n" +
-			"When NEWDIR is not DATA/devN, later commands must be told: give scrub every\n" +
-			"device with --device, or move NEWDIR to DATA/devN (or make DATA/devN a symlink).\n" +
+			"When NEWDIR is not DATA/devN, later commands given --data still look for\n" +
+			"DATA/devN: mount the new disk there, or make it a symlink (ln -s NEWDIR DATA/devN).\n" +
 			"\n" +
 			"Repair is resumable: it saves its progress as it goes, so after Ctrl-C, a crash\n" +
 			"or a reboot, run the same command again and it continues where it stopped.\n" +
@@ -55,12 +55,13 @@ func repairCommand() *cli.Command {
 			"Exit status: 0 rebuilt; 1 the repair could not run or was interrupted (run it\n" +
 			"again to resume); 2 bad flags; 3 some stripe is unrecoverable.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "data", Usage: "the store's data `DIR`, holding dev0, dev1, …"},
-			&cli.StringFlag{Name: "device", Usage: "the new, empty `NEWDIR` standing in for the lost device"},
-			&cli.IntFlag{Name: "position", Value: -1, Usage: "the lost device's position `N` (DATA/devN); found by itself when not given"},
+			&cli.StringFlag{Name: "data", Usage: "the store's data directory `DIR`, holding dev0, dev1, …"},
+			&cli.StringFlag{Name: "device", Usage: "the new, empty directory (`NEWDIR`) standing in for the lost device"},
+			&cli.IntFlag{Name: "position", Usage: "the lost device's position `N`, as in DATA/devN",
+				DefaultText: "NEWDIR's own position, or the one device the store cannot use"},
 			&cli.StringFlag{Name: "ec", Value: chunkstore.DefaultGeometry.String(),
 				Usage: "the store's geometry `K+M`: K data and M parity devices; it sets how many DATA/devN there are"},
-			&cli.StringFlag{Name: "rate", Value: "0", Usage: "limit reads to `BYTES` per second, e.g. 50MiB or 200MB (0: no limit)"},
+			&cli.StringFlag{Name: "rate", Value: "0", Usage: "limit reads to `BYTES` per second, e.g. 50MiB or 200MB", DefaultText: "0, no limit"},
 		},
 		Action: runRepair,
 	}
@@ -139,8 +140,9 @@ func runRepair(c *cli.Context) error {
 		return fmt.Errorf("repair: closing the store: %w", closeErr)
 	}
 	if !sameDir(device, l.dirs[pos]) {
-		fmt.Fprintf(c.App.ErrWriter, "repair: device %d is now %s, not %s: give every device with --device from now on, or move it to %s\n",
-			pos, device, l.dirs[pos], l.dirs[pos])
+		fmt.Fprintf(c.App.ErrWriter, "repair: device %d is now %s, but commands given --data look for %s: "+
+			"mount the disk there, or link it: ln -s %s %s (scrub also takes every device with --device)\n",
+			pos, device, l.dirs[pos], device, l.dirs[pos])
 	}
 	if rep.Unrecoverable > 0 {
 		return cli.Exit(fmt.Sprintf("repair: %d stripes are unrecoverable: fewer than K good shards were left on the other devices", rep.Unrecoverable), exitUnrecoverable)

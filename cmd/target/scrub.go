@@ -48,7 +48,7 @@ func scrubCommand() *cli.Command {
 			"interrupted; 2 bad flags; 3 some stripe is unrecoverable.",
 		Flags: append(storeFlags(
 			"a device `DIR`, repeated once per device in order (default DATA/dev0 … DATA/dev{K+M-1})"),
-			&cli.StringFlag{Name: "rate", Value: "0", Usage: "limit reads to `BYTES` per second, e.g. 50MiB or 200MB (0: no limit)"},
+			&cli.StringFlag{Name: "rate", Value: "0", Usage: "limit reads to `BYTES` per second, e.g. 50MiB or 200MB", DefaultText: "0, no limit"},
 			&cli.BoolFlag{Name: "no-repair", Usage: "only report; write nothing"},
 		),
 		Action: runScrub,
@@ -59,7 +59,7 @@ func scrubCommand() *cli.Command {
 // describes --device, whose meaning differs between scrub and repair.
 func storeFlags(deviceUsage string) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "data", Usage: "the store's data `DIR`, holding dev0, dev1, …"},
+		&cli.StringFlag{Name: "data", Usage: "the store's data directory `DIR`, holding dev0, dev1, …"},
 		&cli.StringSliceFlag{Name: "device", Usage: deviceUsage},
 		&cli.StringFlag{Name: "ec", Value: chunkstore.DefaultGeometry.String(),
 			Usage: "the store's geometry `K+M`: K data and M parity devices; it sets how many DATA/devN there are"},
