@@ -96,6 +96,11 @@ func runRepair(c *cli.Context) error {
 			return err
 		}
 	}
+	for i, d := range l.dirs {
+		if i != pos && sameDir(device, d) {
+			return usageError("repair: --device %s is device %d's directory, not device %d's", device, i, pos)
+		}
+	}
 	if err := checkReplacement(device); err != nil {
 		return err
 	}

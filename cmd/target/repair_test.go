@@ -32,6 +32,7 @@ func TestRepairFlags(t *testing.T) {
 		{"negative position", []string{"--data", data, "--device", newDir, "--position", "-2"}, "bad --position -2"},
 		{"bad rate", []string{"--data", data, "--device", newDir, "--rate", "1.5MiB"}, "bad --rate"},
 		{"stray argument", []string{"--data", data, "--device", newDir, "dev2"}, "takes no arguments"},
+		{"device of another position", []string{"--data", data, "--device", filepath.Join(data, "dev1"), "--position", "3"}, "is device 1's directory, not device 3's"},
 		{"device not empty", []string{"--data", data, "--device", busy, "--position", "1"}, "holds notes.txt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,7 +47,7 @@ func scrubCommand() *cli.Command {
 			"Exit status: 0 nothing unrecoverable; 1 the scrub could not run or was\n" +
 			"interrupted; 2 bad flags; 3 some stripe is unrecoverable.",
 		Flags: append(storeFlags(
-			"a device `DIR`, repeated once per device in order (default DATA/dev0 … DATA/dev{K+M-1})"),
+			"a device `DIR`, once per device in order, in place of DATA/dev0 … DATA/dev{K+M-1}"),
 			&cli.StringFlag{Name: "rate", Value: "0", Usage: "limit reads to `BYTES` per second, e.g. 50MiB or 200MB", DefaultText: "0, no limit"},
 			&cli.BoolFlag{Name: "no-repair", Usage: "only report; write nothing"},
 		),
