@@ -150,7 +150,8 @@ func runRepair(c *cli.Context) error {
 			pos, device, l.dirs[pos], device, l.dirs[pos])
 	}
 	if rep.Unrecoverable > 0 {
-		return cli.Exit(fmt.Sprintf("repair: %d stripes are unrecoverable: fewer than K good shards were left on the other devices", rep.Unrecoverable), exitUnrecoverable)
+		return cli.Exit(fmt.Sprintf("repair: %s unrecoverable: fewer than K good shards were left on the other devices",
+			stripes(rep.Unrecoverable, "stripe is", "stripes are")), exitUnrecoverable)
 	}
 	return nil
 }
@@ -176,7 +177,7 @@ func replacedPosition(l storeLayout, device string) (int, error) {
 		if err := s.Close(); err != nil {
 			return 0, fmt.Errorf("open store: %w", err)
 		}
-	case errors.As(err, &de):
+	case errors.As(err, &de) && !errors.Is(err, chunkstore.ErrDeviceBusy):
 		for _, d := range de.Devices {
 			if !slices.Contains(unusable, d.Pos) {
 				unusable = append(unusable, d.Pos)

@@ -409,3 +409,17 @@ func TestScrubGeometryHint(t *testing.T) {
 	assert.ErrorIs(t, res.err, chunkstore.ErrGeometryMismatch)
 	assert.Contains(t, res.err.Error(), "--ec must be the store's geometry")
 }
+
+func TestScrubStoreInUse(t *testing.T) {
+	data := t.TempDir()
+	makeStore(t, data, 8)
+	s, err := chunkstore.OpenDirs(chunkstore.DeviceDirs(data, testGeo))
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+
+	res := run("scrub", "--data", data)
+	require.Error(t, res.err)
+	assert.Equal(t, 1, res.code())
+	assert.ErrorIs(t, res.err, chunkstore.ErrDeviceBusy)
+	assert.Contains(t, res.err.Error(), "stop `target serve`")
+}
