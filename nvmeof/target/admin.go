@@ -382,4 +382,3 @@ func executeAbort(r *request) nvmeof.Status {
 	r.rsp.DW0 = nvmeof.AbortNotAborted
 	return nvmeof.StatusSuccess
 }
-

@@ -388,6 +388,7 @@ func (c *controller) discoveryLogChanged() {
 func (c *controller) abortAERs() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.log.Debug("aborting held AERs", "n", len(c.aers))
 	for _, r := range c.aers {
 		r.rsp.Status = nvmeof.StatusAbortedSQDeletion
 		r.q.tr.respond(r)

@@ -186,7 +186,14 @@ func prepareDisconnect(r *request) nvmeof.Status {
 	return nvmeof.StatusSuccess
 }
 
+// executeDisconnect deletes the I/O queue: it leaves its controller (its
+// QID is free at once) and takes no more commands. The binding closes the
+// connection once the response is out and the host had time to close it
+// (rdmaDisconnectGrace).
 func executeDisconnect(r *request) nvmeof.Status {
+	q := r.q
+	q.ctrl.removeIOQueue(q)
+	q.disconnected = true
 	r.closeQueue = true
 	return nvmeof.StatusSuccess
 }

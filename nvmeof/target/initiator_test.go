@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,9 +63,40 @@ type testTarget struct {
 	url string
 }
 
+// testLogger sends the target's warnings and errors to the test log
+// (until the test ends), and drops the rest unless -v asks for them.
+func testLogger(t testing.TB) *slog.Logger {
+	w := &testLogWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	level := slog.LevelWarn
+	if testing.Verbose() {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+type testLogWriter struct {
+	t    testing.TB
+	mu   sync.Mutex // guards done
+	done bool
+}
+
+func (w *testLogWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
 func newTestTarget(t *testing.T, listen string, opts ...Option) *testTarget {
 	t.Helper()
-	tg, err := New(opts...)
+	tg, err := New(append([]Option{WithLogger(testLogger(t))}, opts...)...)
 	require.NoError(t, err)
 	sub, err := tg.AddSubsystem(SubsystemConfig{NQN: testSubNQN, Hosts: []string{testHostNQN}})
 	require.NoError(t, err)
@@ -217,27 +251,51 @@ func (q *rawQueue) poll(cid uint16, timeout time.Duration) (rawResponse, bool) {
 			delete(q.got, cid)
 			return r, true
 		}
+		if q.qp.State() == rdma.StateError {
+			if q.drained() {
+				return rawResponse{}, false
+			}
+			continue
+		}
 		n, err := q.cq.Wait(ctx, q.wcs)
 		if err != nil {
 			return rawResponse{}, false
 		}
 		for _, wc := range q.wcs[:n] {
-			if wc.Status != rdma.Success {
-				return rawResponse{}, false
-			}
-			if wc.Opcode != rdma.WCRecv {
+			if wc.Status != rdma.Success || wc.Opcode != rdma.WCRecv {
+				// Failed and flushed WRs: responses that arrived before
+				// the connection ended are still taken.
 				continue
 			}
-			i := int(wc.ID)
-			b := q.rsps.Bytes()[i*rawRecvSize : i*rawRecvSize+rawRecvSize]
-			require.Equal(q.t, uint32(nvmeof.CompletionSize), wc.ByteLen, "a response capsule is 16 bytes")
-			var r rawResponse
-			copy(r.raw[:], b)
-			require.NoError(q.t, r.cqe.UnmarshalBinary(b[:nvmeof.CompletionSize]))
-			r.wc = wc
-			q.got[r.cqe.CID] = r
-			q.postRecv(i)
+			q.take(wc)
 		}
+	}
+}
+
+// drained polls what is left in the CQ into q.got and reports whether it
+// was empty.
+func (q *rawQueue) drained() bool {
+	n, _ := q.cq.Poll(q.wcs)
+	for _, wc := range q.wcs[:n] {
+		if wc.Status == rdma.Success && wc.Opcode == rdma.WCRecv {
+			q.take(wc)
+		}
+	}
+	return n == 0
+}
+
+// take stores the response a receive completion brought.
+func (q *rawQueue) take(wc rdma.WC) {
+	i := int(wc.ID)
+	b := q.rsps.Bytes()[i*rawRecvSize : i*rawRecvSize+rawRecvSize]
+	require.Equal(q.t, uint32(nvmeof.CompletionSize), wc.ByteLen, "a response capsule is 16 bytes")
+	var r rawResponse
+	copy(r.raw[:], b)
+	require.NoError(q.t, r.cqe.UnmarshalBinary(b[:nvmeof.CompletionSize]))
+	r.wc = wc
+	q.got[r.cqe.CID] = r
+	if q.qp.State() != rdma.StateError {
+		q.postRecv(i)
 	}
 }
 
@@ -289,7 +347,7 @@ func adminQueue(t testing.TB, url, subnqn string, kato uint32) *rawQueue {
 	q, err := dialRaw(t, url, rawDialConfig{qid: 0, hsqsize: 31, hrqsize: 32})
 	require.NoError(t, err)
 	r := q.connect(31, kato, hostData(subnqn, nvmeof.CNTLIDDynamic), false)
-	require.NoError(t, r.cqe.Err())
+	require.NoError(t, r.cqe.Status.Err())
 	q.cntlid = nvmeof.ParseConnectResponse(r.cqe.DW0).CNTLID
 	q.enable()
 	return q
@@ -306,14 +364,14 @@ func (q *rawQueue) property(off uint32) uint64 {
 	size, _ := nvmeof.PropertySizeAt(off)
 	x := nvmeof.PropertyGet{CID: q.cid(), Size: size, Offset: off}
 	r := q.do(x.Command(), nil)
-	require.NoError(q.t, r.cqe.Err())
+	require.NoError(q.t, r.cqe.Status.Err())
 	return r.cqe.Value64()
 }
 
 func (q *rawQueue) setProperty(off uint32, v uint64) {
 	x := nvmeof.PropertySet{CID: q.cid(), Size: nvmeof.PropertySize4, Offset: off, Value: v}
 	r := q.do(x.Command(), nil)
-	require.NoError(q.t, r.cqe.Err())
+	require.NoError(q.t, r.cqe.Status.Err())
 }
 
 // ioQueue dials and connects I/O queue qid of the admin queue's controller.
@@ -321,7 +379,7 @@ func ioQueue(t testing.TB, url string, admin *rawQueue, qid uint16, entries int)
 	q, err := dialRaw(t, url, rawDialConfig{qid: qid, hsqsize: uint16(entries - 1), hrqsize: uint16(entries), cntlid: admin.cntlid})
 	require.NoError(t, err)
 	r := q.connect(uint16(entries-1), 0, hostData(testSubNQN, admin.cntlid), true)
-	require.NoError(t, r.cqe.Err())
+	require.NoError(t, r.cqe.Status.Err())
 	q.cntlid = admin.cntlid
 	return q
 }
@@ -355,7 +413,7 @@ func (q *rawQueue) identifyCmd(cns nvmeof.CNS, nsid uint32) nvmeof.Command {
 // identify runs an Identify and returns the data.
 func (q *rawQueue) identify(cns nvmeof.CNS, nsid uint32) []byte {
 	r := q.do(q.identifyCmd(cns, nsid), nil)
-	require.NoError(q.t, r.cqe.Err())
+	require.NoError(q.t, r.cqe.Status.Err())
 	return append([]byte(nil), q.data.Bytes()[:nvmeof.IdentifyDataSize]...)
 }
 
@@ -371,7 +429,7 @@ func (q *rawQueue) getLogPageCmd(lid nvmeof.LogPageID, nsid uint32, offset, leng
 
 func (q *rawQueue) getLogPage(lid nvmeof.LogPageID, nsid uint32, offset, length uint64) []byte {
 	r := q.do(q.getLogPageCmd(lid, nsid, offset, length), nil)
-	require.NoError(q.t, r.cqe.Err())
+	require.NoError(q.t, r.cqe.Status.Err())
 	return append([]byte(nil), q.data.Bytes()[:length]...)
 }
 

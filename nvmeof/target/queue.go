@@ -67,6 +67,9 @@ type queue struct {
 	entries   int  // SQSIZE+1 of the Connect
 	sqFlowOff bool // the host disabled SQ flow control: SQHD is FFFFh
 	connected bool
+	// disconnected: a Disconnect deleted the queue; the connection waits
+	// for the host to close it, and commands are out of sequence.
+	disconnected bool
 
 	sqhd        atomic.Uint32 // SQ head pointer reported in responses
 	outstanding atomic.Int32  // commands received and not yet answered
@@ -127,6 +130,8 @@ func (q *queue) dispatch(r *request) nvmeof.Status {
 	}
 	var h *handler
 	switch {
+	case q.disconnected:
+		return r.fail(nvmeof.StatusCommandSequenceError.WithDNR(), nvmeof.CommandOffsetOpcode)
 	case c.Opcode == nvmeof.OpFabrics:
 		h = fabricsHandler(q, c.FabricsType())
 	case !q.connected:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/rdma"
@@ -19,6 +20,11 @@ const (
 	wrWrite = 4 // an unsignaled RDMA Write: completes only with an error
 	wrShift = 3
 )
+
+// rdmaDisconnectGrace is how long a queue deleted by Disconnect waits for
+// the host to close the connection before the target closes it: closing
+// at once could discard the response still on its way.
+const rdmaDisconnectGrace = time.Second
 
 // slotsPerEntry: a queue posts this many receives per queue entry, so
 // that a command's receive buffer can stay busy until its response Send
@@ -81,6 +87,9 @@ type rdmaQueue struct {
 	softCancel context.CancelFunc
 	drainAsked chan struct{}
 	drainOnce  sync.Once
+	// closer closes the connection of a queue deleted by Disconnect if
+	// the host does not; set on the queue's goroutine.
+	closer *time.Timer
 }
 
 var _ queueTransport = (*rdmaQueue)(nil)
@@ -214,6 +223,9 @@ func (q *rdmaQueue) drainRequested() bool {
 // workers, and every resource.
 func (q *rdmaQueue) teardown() {
 	q.qp.SetError()
+	if q.closer != nil {
+		q.closer.Stop()
+	}
 	q.core.closed()
 	if q.started {
 		close(q.work)
@@ -425,9 +437,9 @@ func (q *rdmaQueue) onResponseSent(s *rdmaSlot) bool {
 	closeQueue := r.closeQueue
 	r.data = nil
 	q.busy--
-	if closeQueue {
-		q.log.Debug("queue disconnected by the host")
-		return false
+	if closeQueue && q.closer == nil {
+		q.log.Debug("queue deleted by Disconnect")
+		q.closer = time.AfterFunc(rdmaDisconnectGrace, q.disconnect)
 	}
 	if err := q.qp.PostRecv(s.recv[:]); err != nil {
 		q.log.Warn("reposting a receive failed: queue ended", "err", err)

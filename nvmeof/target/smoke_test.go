@@ -18,9 +18,9 @@ func TestSmokeConnectIdentifyReadWrite(t *testing.T) {
 		io := ioQueue(t, tt.url, admin, 1, 32)
 		copy(io.data.Bytes()[4096:], []byte("hello, namespace"))
 		r := io.do(io.writeCmd(1, 8, 1, 4096, 512), nil)
-		require.NoError(t, r.cqe.Err())
+		require.NoError(t, r.cqe.Status.Err())
 		r = io.do(io.readCmd(1, 8, 1, 8192, 512), nil)
-		require.NoError(t, r.cqe.Err())
+		require.NoError(t, r.cqe.Status.Err())
 		require.Equal(t, "hello, namespace", string(io.data.Bytes()[8192:8192+16]))
 	})
 }
