@@ -39,9 +39,12 @@ func newApp() *cli.App {
 			return nil
 		},
 		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("target: unknown command %q (see target --help)", c.Args().First()), 2)
+			}
 			return perfServe(c.Context, c.App.Writer, defaultListeners)
 		},
-		Commands: []*cli.Command{perfCommand()},
+		Commands: []*cli.Command{perfCommand(), scrubCommand(), repairCommand()},
 	}
 }
 
