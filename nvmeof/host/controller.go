@@ -445,8 +445,12 @@ func (c *Controller) park(r *Request, from *queue) {
 		err := c.lossErrorLocked(nil)
 		c.mu.Unlock()
 		c.failedOnLoss.Add(1)
-		r.failRest(err)
-		r.finish()
+		// Never call Done on the goroutine of a Submit that may be
+		// on the stack.
+		go func() {
+			r.failRest(err)
+			r.finish()
+		}()
 		return
 	}
 	c.mu.Unlock()
@@ -725,15 +729,18 @@ func (c *Controller) timerLoop() {
 }
 
 // keepAlive sends a Keep Alive command, or declares the controller lost
-// if the previous one has gone unanswered for the keep-alive timeout.
+// if the previous one has gone unanswered for three times the keep-alive
+// timeout. A controller with traffic-based keep-alive may take up to two
+// timeouts to notice silence and end the association; past three, the
+// connection is dead even if it does not say so.
 func (c *Controller) keepAlive() {
 	a := c.live.Load()
 	if a == nil {
 		return
 	}
 	if c.kaBusy.Load() {
-		if c.kaAssoc == a && time.Since(c.kaSent) > c.cfg.kato {
-			c.fail(a, fmt.Errorf("%w (%v)", ErrKeepAliveTimeout, c.cfg.kato))
+		if c.kaAssoc == a && time.Since(c.kaSent) > 3*c.cfg.kato {
+			c.fail(a, fmt.Errorf("%w (sent %v ago, KATO %v)", ErrKeepAliveTimeout, time.Since(c.kaSent).Round(time.Millisecond), c.cfg.kato))
 		}
 		return
 	}
@@ -748,13 +755,13 @@ func (c *Controller) keepAlive() {
 
 // keepAliveDone is the Keep Alive command's completion.
 func (c *Controller) keepAliveDone(r *Request) {
-	a := c.kaAssoc
-	c.kaBusy.Store(false)
-	if r.Err == nil {
+	a, err := c.kaAssoc, r.Err
+	c.kaBusy.Store(false) // the timer goroutine may reuse r from here on
+	if err == nil {
 		c.keepAlives.Add(1)
 		return
 	}
-	c.fail(a, fmt.Errorf("nvmeof/host: Keep Alive failed: %w", r.Err))
+	c.fail(a, fmt.Errorf("nvmeof/host: Keep Alive failed: %w", err))
 }
 
 // checkTimeouts declares the controller lost when an I/O command has gone

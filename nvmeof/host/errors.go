@@ -41,7 +41,8 @@ var (
 	// during too many losses. It is wrapped together with the cause.
 	ErrControllerLost = errors.New("nvmeof/host: controller lost")
 	// ErrKeepAliveTimeout: a Keep Alive command was not answered within
-	// the keep-alive timeout; the host treats the controller as lost.
+	// three times the keep-alive timeout; the host treats the controller
+	// as lost.
 	ErrKeepAliveTimeout = errors.New("nvmeof/host: keep alive not answered in time")
 	// ErrCommandTimeout: an I/O command was not answered within the I/O
 	// timeout; the host treats the controller as lost.

@@ -125,7 +125,8 @@ func WithQueueDepth(n int) Option {
 
 // WithKeepAlive sets the keep-alive timeout asked for in the admin
 // Connect (default 5s, millisecond resolution). The host sends a Keep
-// Alive command every half of it; 0 disables keep-alive.
+// Alive command every half of it, and declares the controller lost when
+// one goes unanswered for three times the timeout; 0 disables keep-alive.
 func WithKeepAlive(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 || d/time.Millisecond > 1<<32-1 {

@@ -107,6 +107,10 @@ type queue struct {
 	pendTail  *Request
 	stopped   bool
 	cause     error
+	// holding is set when the controller refused a command because it is
+	// going away: nothing more is issued here, and what waits is
+	// collected by fail when the reconnect closes the queue.
+	holding bool
 
 	// failed is the queue goroutine's own flag (or close's, once the
 	// goroutine has exited).
@@ -367,6 +371,10 @@ func (q *queue) response(i int, wc *rdma.WC) {
 func (q *queue) complete(s *slot) {
 	r := s.req
 	st := s.cqe.Status
+	if !st.Success() && r.raw == nil && refusedByDyingController(st) {
+		q.hold(s, st)
+		return
+	}
 	var err error
 	if st.Success() {
 		if r.Op == OpRead {
@@ -398,6 +406,46 @@ func (q *queue) complete(s *slot) {
 	if done {
 		r.finish()
 	}
+}
+
+// refusedByDyingController reports a status with which a controller
+// refuses, without running it, a command that reaches it while it is
+// being torn down (after another queue of the association was lost, or a
+// keep-alive timeout): Command Sequence Error (the controller is no
+// longer ready) and Command Aborted due to SQ Deletion.
+func refusedByDyingController(st nvmeof.Status) bool {
+	return st.Code() == nvmeof.StatusCommandSequenceError || st.Code() == nvmeof.StatusAbortedSQDeletion
+}
+
+// hold keeps the chunk of a command the controller refused because it is
+// going away: the chunk waits to be issued again after a reconnect, the
+// queue issues nothing more, and the controller is declared lost.
+func (q *queue) hold(s *slot, st nvmeof.Status) {
+	r := s.req
+	s.live.Store(0)
+	q.mu.Lock()
+	s.busy = false
+	s.req = nil
+	q.freeSlots = append(q.freeSlots, s.idx)
+	if s.buf >= 0 {
+		q.freeBufs = append(q.freeBufs, uint16(s.buf))
+		s.buf = -1
+	}
+	q.holding = true
+	r.outstanding--
+	r.retry = append(r.retry, chunk{s.off, s.n})
+	r.inflight = true
+	if !r.queued {
+		r.queued = true
+		if q.pendTail == nil {
+			q.pendHead = r
+		} else {
+			q.pendTail.next = r
+		}
+		q.pendTail = r
+	}
+	q.mu.Unlock()
+	q.ctrl.fail(q.assoc, fmt.Errorf("nvmeof/host: queue %d: the controller refused a command without running it (%v): it is going away", q.qid, st))
 }
 
 // commandError describes a failed command from its capsule.
@@ -467,7 +515,7 @@ func (q *queue) popLocked() {
 // list. Requests are served in order: one waiting for a buffer holds back
 // those behind it.
 func (q *queue) reserveLocked() *slot {
-	for q.pendHead != nil && !q.stopped {
+	for q.pendHead != nil && !q.stopped && !q.holding {
 		r := q.pendHead
 		if !r.hasMore() {
 			q.popLocked()
