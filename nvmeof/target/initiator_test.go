@@ -94,7 +94,7 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func newTestTarget(t *testing.T, listen string, opts ...Option) *testTarget {
+func newTestTarget(t testing.TB, listen string, opts ...Option) *testTarget {
 	t.Helper()
 	tg, err := New(append([]Option{WithLogger(testLogger(t))}, opts...)...)
 	require.NoError(t, err)
