@@ -134,4 +134,3 @@ func TestDispatchAllocatesNothing(t *testing.T) {
 		})
 	}
 }
-

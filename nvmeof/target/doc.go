@@ -1,0 +1,152 @@
+// Package target is capsule's NVMe over Fabrics target: the controller
+// side of NVMe-oF, with NVM subsystems, their namespaces, the discovery
+// subsystem, and the NVMe/RDMA transport binding over package rdma.
+//
+//	t, _ := target.New(target.WithLogger(log))
+//	sub, _ := t.AddSubsystem(target.SubsystemConfig{NQN: "nqn.2026-11.io.capsule:default", AllowAnyHost: true})
+//	dev, _ := blockdev.NewMemory(1 << 30)
+//	sub.AddNamespace(target.NamespaceConfig{NSID: 1, Device: dev, BlockSize: 512})
+//	t.Listen(ctx, "iwarp://127.0.0.1:4420")
+//	t.Listen(ctx, "shm://capsule")
+//	...
+//	t.Close() // drain, flush, close devices
+//
+// # The model
+//
+// A Target holds NVM subsystems by NQN and the discovery subsystem
+// (nqn.2014-08.org.nvmexpress.discovery). Every subsystem is reachable
+// through every listener. A subsystem has namespaces (NSID 1 to 1024,
+// 512- or 4096-byte blocks, on a blockdev.Device) and a host allow-list
+// with an explicit allow-any setting; the discovery subsystem admits any
+// host and lists, for each host, the subsystems that host may connect to.
+//
+// A host's Connect on an admin queue creates a controller (the dynamic
+// controller model: CNTLID 1..FFEFh picked by the subsystem); Connects on
+// I/O queues naming that CNTLID attach queues to it. A controller holds
+// the property registers (CAP, VS, CC, CSTS: the enable, reset and
+// shutdown handshakes), the features (Number of Queues, Keep Alive
+// Timer, Asynchronous Event Configuration, Volatile Write Cache), held
+// Asynchronous Event Requests, the error log and the changed namespace
+// list. It ends when its admin queue's connection ends, when the
+// keep-alive timer expires (every command restarts it: CTRATT.TBKAS), or
+// when the target shuts down; then every queue of it is disconnected and
+// everything it held is freed.
+//
+// # Structure
+//
+// The core is transport neutral:
+//
+//	target.go      Target, listeners, Shutdown
+//	subsystem.go   Subsystem, allow-list, CNTLID allocation
+//	namespace.go   Namespace, derived UUID, NGUID and serial number
+//	controller.go  controller: properties, handshakes, keep-alive, events, error log
+//	queue.go       queue: CIDs in use, commands outstanding, SQHD; the
+//	               queueTransport interface a binding implements
+//	request.go     request: one command in a command slot
+//	dispatch.go    the handler tables: opcode -> handler{prepare, execute}
+//	fabrics.go     Connect, Property Get/Set, Disconnect
+//	admin.go       Identify, Get Log Page, Set/Get Features, Keep Alive, AER, Abort
+//	nvm.go         Read, Write, Flush, Write Zeroes, Dataset Management
+//	discovery.go   the discovery log page and listener addresses
+//
+// and the RDMA binding sits beside it in rdma_listener.go (RDMA_CM
+// private data, accept or reject) and rdma_queue.go (capsules by Send,
+// data by RDMA Read and Write, responses by Send or Send with
+// Invalidate). An NVMe/TCP binding implements queueTransport and the
+// listener interface the same way.
+//
+// A command goes through the core in three calls a binding makes:
+// queue.begin (on the queue's goroutine: CID and outstanding-command
+// checks, the handler's prepare, the data pointer against the length the
+// command moves) says whether to respond at once, fetch host data first,
+// or execute; queue.execute runs the handler; queue.finish fills in the
+// response entry just before the binding sends it.
+//
+// # The RDMA binding
+//
+// One RC QP per NVMe queue. The connection request's private data gives
+// the QID, HSQSIZE and HRQSIZE; sizes above the admin queue's 32 entries
+// or MQES+1, or a QID above the I/O queue limit, are rejected with the
+// RDMA_CM_REJECT status the transport specification gives. The accept
+// carries CRQSIZE = HSQSIZE+1. The target posts two receives per queue
+// entry, each of 64 bytes plus the in-capsule data size (IOCCSZ), so that
+// a capsule's buffer can stay in use until its response Send completes
+// while the host, which has the response already, sends the next command
+// into another.
+//
+//   - Host-to-controller data (Write, Connect, Dataset Management) is
+//     taken from the capsule (SGL Data Block, offset subtype) or read
+//     with one RDMA Read from the host's Keyed SGL (40h, or 4Fh: then the
+//     response is a Send with Invalidate of that key).
+//   - Controller-to-host data (Read, Identify, Get Log Page) goes out as
+//     an unsignaled RDMA Write posted in one batch with the Send of the
+//     response capsule.
+//   - A transfer that fits a capsule buffer (8 KiB by default) uses it
+//     as its data buffer; larger ones (up to MDTS, 256 KiB by default)
+//     use registered buffers each queue allocates on demand up to a limit
+//     (WithLargeBuffersPerQueue); a command that finds none free waits
+//     for one.
+//   - A failed work request is fatal to the queue, as the binding says: a
+//     key the host's device refuses (RemAccessErr on the RDMA Read or
+//     Write) ends the connection, and no data moved. So does a capsule
+//     shorter than a 64-byte SQE, which cannot be answered.
+//
+// # Bad input
+//
+// Everything else gets its NVMe status and the connection stays: Invalid
+// Command Opcode, Invalid Field in Command (reserved or unsupported
+// values, a transfer above MDTS, in-capsule data for a controller-to-host
+// command), Invalid Namespace or Format, LBA Out of Range, Data SGL Length
+// Invalid (the SGL must describe exactly the bytes the command moves;
+// Dataset Management may describe more), SGL Descriptor Type Invalid,
+// SGL Offset Invalid, Command Sequence Error (a command other than
+// Connect before Connect is Invalid Command Opcode; admin and I/O
+// commands before CC.EN=1 and CSTS.RDY=1 or after a shutdown, a second
+// Connect, a queue ID already connected, more commands outstanding than
+// the queue has entries), Command ID Conflict (a CID still outstanding
+// on the queue), Connect Invalid Parameters with IATTR and IPO (an
+// unknown subsystem, an I/O queue naming a controller that does not
+// exist or belongs to another host, a QID beyond the queues granted, a
+// queue size too large), Connect Invalid Host (84h) for a host not on
+// the allow-list. Every check happens before data moves or the device is
+// touched, so a refused command changes nothing.
+//
+// # Concurrency
+//
+// Every exported method is safe for concurrent use. Each queue has its
+// own goroutine that polls its CQ and runs commands; commands on
+// namespaces whose devices may block (not blockdev.NonBlocking) run on a
+// small pool of workers per queue (WithIOWorkersPerQueue). Queues run in
+// parallel with each other. Lock order: Target.mu, Subsystem.mu,
+// controller.mu, controller.errMu; the I/O path takes none of them: the
+// namespace table is an atomic snapshot, the CID table and counters are
+// atomics, and a queue's slots belong to whoever is working on them.
+// Command slots, buffers and work requests are allocated when a queue is
+// set up; steady-state I/O allocates nothing (TestDispatchAllocatesNothing,
+// BenchmarkDispatch).
+//
+// # Sharp edges
+//
+//   - Identify reports NVMe 1.3: this controller implements what 1.3
+//     asks of a fabrics controller and none of the 2.0 command-set
+//     specific Identify structures, which Linux hosts would then ask for.
+//   - The discovery log entry of an shm:// listener has TRTYPE RDMA, ADRFAM
+//     Intra Host (FEh), TRADDR the shm name and an empty TRSVCID;
+//     iwarp:// entries carry PRTYPE iWARP in TSAS and rdma:// entries
+//     "not specified", so a host can tell the three apart.
+//   - Abort never aborts: commands are not queued inside the target, so
+//     the one named is done or running. Abort completes with DW0 bit 0 set,
+//     as the specification allows.
+//   - The Disconnect command deletes the queue at once; the connection
+//     is closed by the host, or by the target a second later.
+//   - Shutdown answers the commands the target has received; a capsule
+//     still on the wire when a connection closes gets no answer, as on any
+//     lost connection.
+//   - RemoveNamespace does not wait for commands already running on the
+//     namespace; they finish on its device.
+//
+// # Libraries
+//
+// The standard library (log/slog for logs), package rdma and its
+// providers, the wire package nvmeof and nvmeof/blockdev.
+package target
