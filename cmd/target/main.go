@@ -1,7 +1,7 @@
 // Command target is the capsule daemon and its tools.
 //
-// Until the NVMe-oF target lands, plain `target` runs `perf serve` on the
-// default listeners, so `make run` starts something a client can reach.
+// Plain `target` runs `serve` with its embedded defaults: NVMe-oF on
+// iwarp://127.0.0.1:4420 and shm://capsule, one 1 GiB memory namespace.
 package main
 
 import (
@@ -24,9 +24,8 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:  "target",
 		Usage: "capsule storage target: NVMe-oF over RDMA (iwarp, shm, rdma) and its tools",
-		Description: "Run without a command, target starts with its embedded defaults.\n" +
-			"Today that is the RDMA perf responder on " + fmt.Sprint(defaultListeners) + ";\n" +
-			"the NVMe-oF `serve` command takes its place when it lands.",
+		Description: "Run without a command, target serves NVMe-oF with its embedded defaults:\n" +
+			"`target serve` on " + fmt.Sprint(defaultListeners) + " with one " + defaultNamespace + " namespace.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
@@ -42,9 +41,9 @@ func newApp() *cli.App {
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("target: unknown command %q (see target --help)", c.Args().First()), 2)
 			}
-			return perfServe(c.Context, c.App.Writer, defaultListeners)
+			return serve(c.Context, c.App.Writer, defaultServeConfig())
 		},
-		Commands: []*cli.Command{perfCommand(), scrubCommand(), repairCommand()},
+		Commands: []*cli.Command{serveCommand(serve), perfCommand(), scrubCommand(), repairCommand()},
 	}
 }
 
