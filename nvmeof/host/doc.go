@@ -1,0 +1,203 @@
+// Package host is capsule's NVMe over Fabrics host: a Go client library
+// that connects to NVM subsystems over the RDMA binding (any provider of
+// package rdma: iwarp://, shm://, rdma://) and exposes their namespaces as
+// io.ReaderAt / io.WriterAt block devices with an asynchronous API beside.
+//
+//	entries, err := host.Discover(ctx, "iwarp://127.0.0.1:4420")
+//	c, err := host.Dial(ctx, "iwarp://127.0.0.1:4420", host.WithSubsystem(nqn))
+//	defer c.Close()
+//	ns, err := c.Namespace(1)
+//	n, err := ns.ReadAt(buf, off)
+//
+// The program links the providers in (import rdma/providers).
+//
+// # The model
+//
+// A Controller is one association with a controller: an admin queue and N
+// I/O queues, each an NVMe queue on its own reliable-connected QP with its
+// own completion queue and goroutine. Dial sets it up as a Linux host
+// does:
+//
+//  1. Admin queue: RDMA_CM private data (RECFMT 0, QID 0, HRQSIZE 32,
+//     HSQSIZE 31), then Fabrics Connect with CNTLID FFFFh, the host NQN,
+//     the host ID and KATO; its 1024 bytes of data behind a keyed SGL.
+//  2. Properties: CAP and VS are read, CC is written with EN, the command
+//     set (NVM, all I/O sets, or admin only as CAP.CSS says), a 4 KiB page
+//     (or CAP.MPSMIN), round robin, IOSQES 6 and IOCQES 4; CSTS.RDY is
+//     polled for CAP.TO.
+//  3. Identify Controller, checked as Linux checks it (checkController in
+//     admin.go): CNTLID equals Connect's, KAS non-zero (except
+//     discovery), IOCCSZ >= 4 and IORCSZ >= 1 (except discovery), MAXCMD
+//     set, SGLS bit 2 (keyed SGLs), ICDOFF 0; and SUBNQN is the subsystem
+//     connected to. A failure is a *ControllerCheckError.
+//  4. Set Features, Number of Queues: N = WithQueues (default NumCPU),
+//     lowered to what the controller grants.
+//  5. I/O queues: entries = min(WithQueueDepth+1, MAXCMD, CAP.MQES+1);
+//     SQSIZE = HSQSIZE = entries-1 = the commands a queue keeps in flight
+//     (so that neither a strict reading of SQSIZE nor MAXCMD is exceeded),
+//     further lowered to the CRQSIZE the controller accepts with; HRQSIZE
+//     = entries response Recvs. Connect carries the controller ID, its data
+//     in the capsule when the controller takes in-capsule data.
+//
+// Without WithSubsystem, Dial first reads the discovery log at the same
+// address and connects to the first NVM subsystem listed there.
+//
+// # Commands and data
+//
+// Every command is a Send of its capsule: the 64-byte SQE, PSDT 01b as
+// Linux sets it, a CID made of a 12-bit slot index and a 4-bit generation
+// (a response for a CID not in flight is a protocol violation). Responses
+// are 16-byte Sends into pre-posted Recvs. A capsule of at most 256 bytes
+// is sent inline and unsignaled (every depth/2-th signaled, so hardware
+// send queues drain); a larger one is signaled, and its slot is reused
+// only once both its Send and its response have completed.
+//
+// Data never leaves registered memory the host owns; the caller's buffers
+// are copied, never registered:
+//
+//   - Writes of up to the in-capsule size (IOCCSZ*16-64 when SGLS bit 20
+//     is set, at most 16 KiB and MDTS) travel in the capsule (SGL Data
+//     Block, offset subtype, 01h).
+//   - Other data goes through a keyed SGL (40h) into the command slot's
+//     own area (the in-capsule size, at least 4 KiB) or into one of the
+//     queue's large buffers (WithBuffers of WithMaxTransfer bytes each,
+//     lowered to MDTS); the controller RDMA-Reads writes from it and
+//     RDMA-Writes reads into it. Writes are copied in when the command is
+//     issued, reads copied out when it completes.
+//   - Admin and Fabrics data (Connect on the admin queue, Identify, Get
+//     Log Page) uses a region registered for that command alone and a
+//     keyed SGL with invalidate (4Fh); a response that invalidates any
+//     other rkey is a protocol violation. The region is deregistered when
+//     the command completes.
+//
+// Why 40h and not 4Fh on the I/O path: the pools are registered once per
+// connection, and invalidating one rkey would end the whole pool; a fresh
+// registration per command (what 4Fh implies without a fast-registration
+// work request, which the rdma API does not have) would cost an
+// allocation, and on shm a memfd, per I/O. The price is stated under
+// Sharp edges.
+//
+// A request larger than one command carries is split at MDTS (and the
+// buffer size); Write Zeroes at the same limit and 65536 blocks; a
+// discard is one Dataset Management range per command of up to 2^32-1
+// blocks. A request's commands run on one I/O queue, chosen round robin.
+//
+// # Requests
+//
+// Namespace.ReadAt, WriteAt, Flush, WriteZeroes and Discard block; Submit
+// starts a Request and returns, and its Done callback (or Wait) reports
+// the outcome. A Request is the caller's and is reused; with it, the
+// command slots, the registered buffers and the provider's pre-allocated
+// work requests, the steady-state I/O path allocates nothing (R8;
+// TestNoAllocationsPerIO, the benchmarks' allocs/op). When every slot of
+// the queue is busy, or the controller is reconnecting, a request waits in
+// order in a list threaded through the Requests themselves.
+//
+// # Keep-alive and timeouts
+//
+// The host asks for KATO (WithKeepAlive, default 5 s) and sends a Keep
+// Alive command every KATO/2. A controller that answers none for 3×KATO
+// is declared lost: a controller with traffic-based keep-alive may take up
+// to 2×KATO to notice silence and end the association itself, which is
+// what normally happens first. An I/O command unanswered for WithIOTimeout
+// (default 30 s, checked every second) also declares the controller lost.
+//
+// # Losing and regaining the controller
+//
+// A controller is lost when a queue's QP fails (the connection dropped, a
+// remote access error, a flushed or failed work request), on a keep-alive
+// or I/O timeout, on a protocol violation (ErrProtocol), and when the
+// controller refuses a command because it is tearing the association
+// down (Command Sequence Error or Aborted due to SQ Deletion: the command
+// did not run). Then:
+//
+//   - Every queue of the association is dropped. The commands in flight
+//     are collected from the slots; admin commands fail; each I/O
+//     request keeps the ranges of its commands that were in flight and
+//     waits, with the requests not yet started, on the controller.
+//   - The host reconnects (a whole new association, CNTLID FFFFh) after
+//     WithReconnectDelay, doubling the delay up to its maximum, until it
+//     succeeds or WithCtrlLossTimeout (default 60 s) has passed since the
+//     loss; a Connect refused with DNR (the host is not allowed, the
+//     subsystem is gone) ends the attempts at once. Each namespace in use
+//     is identified again; one whose size or block size changed fails its
+//     requests with ErrNamespaceChanged.
+//   - Once reconnected, the waiting requests are issued again, their
+//     interrupted ranges first. When the host gives up, they fail with
+//     ErrControllerLost wrapping the cause, and so does everything
+//     submitted later (StateDead). Requests with FailFast, and those in
+//     flight during more than WithMaxRetries losses, fail at the loss.
+//
+// Why resubmitting is safe. Every command this package issues on an I/O
+// queue is idempotent: running it twice leaves the namespace as running it
+// once. A read has no effect; a write stores the same bytes at the same
+// LBAs (the data is copied again from the caller's buffer, which the
+// caller may not touch until the request completes); Write Zeroes and
+// deallocation set the same blocks to the same state; Flush only makes
+// durable what is already written. A command in flight at a loss has one
+// of two outcomes, unknown to the host: it ran, or it did not. Running it
+// again gives the state "it ran" in both cases. Nor can it undo a later
+// write: the caller cannot have issued a dependent write to the same
+// blocks before this request completed, and writes that are in flight
+// together have no order in NVMe, so any order of them is one the caller
+// already had to accept. (Linux requeues I/O across a reconnect for the
+// same reasons.) What would not be safe to repeat — fused
+// compare-and-write, reservations, a command that consumed a resource —
+// is never issued here; admin commands are never resubmitted. The one
+// hazard left is on the controller's side: a command the old association
+// received before the loss must not run after the new association has
+// completed a later write to the same blocks (a "ghost write"). The host
+// cannot close that window (Linux hosts have the same one); it is narrow,
+// since a reconnect takes several round trips, and a target closes it by
+// finishing or abandoning the old association's commands before it serves
+// the same namespace to the new one.
+//
+// In-flight commands never hang: a failed QP flushes its posted Recvs,
+// which the queue goroutine sees; a silent one is caught by the keep-alive
+// and I/O timeouts; waiting is bounded by the controller-loss timeout;
+// Close fails what is left with ErrClosed.
+//
+// # Concurrency
+//
+// Controller and Namespace methods are safe for concurrent use. Each queue
+// has one goroutine that reaps completions, copies read data out, and runs
+// Done callbacks; commands are issued by whichever goroutine finds a slot
+// free (the submitter, or the queue goroutine after a completion). One
+// timer goroutine per Controller sends keep-alives and checks timeouts; a
+// reconnect runs on a goroutine of its own.
+//
+// Locks: queue.mu guards a queue's free lists, pending list and the
+// requests it holds; Controller.mu guards the state, the association and
+// the parked requests. The two are never held together: queues call into
+// the Controller, and the Controller into queues, without holding their
+// own lock. A Request is guarded by the lock of whichever list or queue
+// holds it.
+//
+// # Sharp edges
+//
+//   - The I/O buffer pools stay registered, with remote read and write
+//     access, for the life of a connection: a controller can read or write
+//     them at any time, not only while a command names them. The host
+//     trusts the controller it connects to with its pools (never with the
+//     caller's memory, which is not registered).
+//   - Done runs on a queue goroutine: it must not block, and must not wait
+//     for I/O of its own queue (a synchronous ReadAt in Done can deadlock).
+//     Submit from Done is fine. Done is never called from inside Submit.
+//   - WriteAt, WriteZeroes and Discard must be block-aligned
+//     (ErrUnaligned): a read-modify-write would not be atomic against
+//     other writers. ReadAt may be unaligned.
+//   - NVMe statuses other than those of a dying controller are not
+//     retried, whether or not DNR is set; they surface as *CommandError.
+//   - Flush is sent even when the controller reports no volatile write
+//     cache; such a controller completes it at once.
+//   - Asynchronous Event Requests are not used; a namespace that changes
+//     size while connected is noticed only at a reconnect.
+//   - Discovery entries map to URLs by transport: RDMA with provider
+//     iWARP to iwarp://, other RDMA to rdma://, intra-host (FEh) to
+//     shm://TRADDR (EntryURL).
+//
+// # Libraries
+//
+// Only the standard library, package rdma for the transport, and package
+// nvmeof for every byte on the wire.
+package host
