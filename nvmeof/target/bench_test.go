@@ -13,46 +13,56 @@ import (
 
 // readLoop drives 4 KiB reads of namespace 1 at a queue depth with no
 // allocation of its own, so that an allocation count measures the target
-// (and the providers) alone.
+// (and the providers) alone. Like a good initiator it posts the commands
+// a batch of completions frees in one PostSend.
 type readLoop struct {
 	q     *rawQueue
 	depth int
-	cmds  []nvmeof.Command
 	gen   uint16
+	sges  []rdma.SGE
+	wrs   []rdma.SendWR // the batch being built
 }
 
 func newReadLoop(tb testing.TB, q *rawQueue, depth int) *readLoop {
-	l := &readLoop{q: q, depth: depth, cmds: make([]nvmeof.Command, depth)}
-	for i := range l.cmds {
+	l := &readLoop{q: q, depth: depth, sges: make([]rdma.SGE, depth), wrs: make([]rdma.SendWR, 0, depth)}
+	for i := range depth {
 		c := q.readCmd(1, uint64(i*8), 8, i*4096, 4096)
-		l.cmds[i] = c
 		_, err := c.MarshalTo(q.cmds.Bytes()[i*q.capSize:])
 		require.NoError(tb, err)
+		l.sges[i] = rdma.SGEOf(q.cmds, i*q.capSize, nvmeof.CommandSize)
 	}
 	return l
 }
 
-// post sends command slot i with a fresh CID whose low bits are i.
-func (l *readLoop) post(i int) {
+// add puts command slot i, with a fresh CID whose low bits are i, in the
+// batch.
+func (l *readLoop) add(i int) {
 	q := l.q
 	l.gen++
 	cid := uint16(i) | l.gen<<6
 	buf := q.cmds.Bytes()[i*q.capSize:]
 	buf[nvmeof.CommandOffsetCID] = byte(cid)
 	buf[nvmeof.CommandOffsetCID+1] = byte(cid >> 8)
-	q.sendSGE[0] = rdma.SGEOf(q.cmds, i*q.capSize, nvmeof.CommandSize)
-	q.sendWR[0] = rdma.SendWR{Op: rdma.OpSend, SGL: q.sendSGE[:]}
-	if err := q.qp.PostSend(q.sendWR[:]); err != nil {
+	l.wrs = append(l.wrs, rdma.SendWR{Op: rdma.OpSend, SGL: l.sges[i : i+1]})
+}
+
+func (l *readLoop) flush() {
+	if len(l.wrs) == 0 {
+		return
+	}
+	if err := l.q.qp.PostSend(l.wrs); err != nil {
 		panic(err)
 	}
+	l.wrs = l.wrs[:0]
 }
 
 // run keeps depth reads in flight until n have completed.
 func (l *readLoop) run(n int) {
 	q := l.q
 	for i := range min(l.depth, n) {
-		l.post(i)
+		l.add(i)
 	}
+	l.flush()
 	inflight, done := min(l.depth, n), 0
 	for done < n {
 		k, err := q.cq.Wait(context.Background(), q.wcs)
@@ -79,10 +89,11 @@ func (l *readLoop) run(n int) {
 			done++
 			inflight--
 			if done+inflight < n {
-				l.post(int(cqe.CID & 63))
+				l.add(int(cqe.CID & 63))
 				inflight++
 			}
 		}
+		l.flush()
 	}
 }
 

@@ -48,7 +48,6 @@ type rdmaSlot struct {
 
 	recv    [1]rdma.RecvWR
 	recvSGE [1]rdma.SGE
-	read    [1]rdma.SendWR
 	send    [2]rdma.SendWR
 	respSGE [1]rdma.SGE
 }
@@ -76,6 +75,11 @@ type rdmaQueue struct {
 	policy    nvmeof.SGLPolicy
 	large     largePool
 	busy      int // slots between capsule and response Send completion
+	// batch holds the send WRs (RDMA Reads, responses) the queue's
+	// goroutine built while handling one batch of completions; they are
+	// posted together, one PostSend (one writev on iwarp) for all, before
+	// the goroutine waits again.
+	batch []rdma.SendWR
 
 	work    chan *rdmaSlot // requests for the workers
 	workers sync.WaitGroup
@@ -108,6 +112,7 @@ func newRDMAQueue(l *rdmaListener, qid uint16, entries int) (q *rdmaQueue, err e
 		slots:      make([]rdmaSlot, nslots),
 		wcs:        make([]rdma.WC, 64),
 		work:       make(chan *rdmaSlot, nslots),
+		batch:      make([]rdma.SendWR, 0, 2*nslots),
 		drainAsked: make(chan struct{}),
 	}
 	q.core.init(l.t, q, qid, entries)
@@ -184,6 +189,7 @@ func (q *rdmaQueue) run() {
 	defer q.teardown()
 	ctx := q.soft
 	for {
+		q.postBatch()
 		n, err := q.cq.Wait(ctx, q.wcs)
 		if err != nil {
 			if ctx == q.soft && q.t.ctx.Err() == nil && q.drainRequested() {
@@ -302,7 +308,7 @@ func (q *rdmaQueue) onCapsule(s *rdmaSlot, n int) bool {
 	}
 	switch q.core.begin(r) {
 	case actRespond:
-		q.respond(r)
+		q.reply(s)
 		return true
 	case actFetch:
 		if r.sglInCapsule {
@@ -334,7 +340,7 @@ func (q *rdmaQueue) assignBuffer(s *rdmaSlot) bool {
 	if err != nil {
 		q.log.Error("no memory for a data buffer", "bytes", r.dataLen, "err", err)
 		r.rsp.Status = nvmeof.StatusInternalError
-		q.respond(r)
+		q.reply(s)
 		return false
 	}
 	if b == nil {
@@ -361,12 +367,8 @@ func (q *rdmaQueue) proceed(s *rdmaSlot) {
 	}
 	k := s.keyed
 	s.invalid = k.Invalidate
-	s.read[0] = rdma.SendWR{ID: slotWRID(r.index, wrRead), Op: rdma.OpRead, Flags: rdma.Signaled,
-		SGL: s.dataSGL[:], RemoteAddr: k.Address, RKey: k.Key}
-	if err := q.qp.PostSend(s.read[:]); err != nil {
-		q.log.Warn("posting an RDMA Read failed: queue ended", "err", err)
-		q.qp.SetError()
-	}
+	q.batch = append(q.batch, rdma.SendWR{ID: slotWRID(r.index, wrRead), Op: rdma.OpRead, Flags: rdma.Signaled,
+		SGL: s.dataSGL[:], RemoteAddr: k.Address, RKey: k.Key})
 }
 
 // execute runs a command whose data (if any) is in place: here, or on a
@@ -381,7 +383,7 @@ func (q *rdmaQueue) execute(s *rdmaSlot) {
 		return
 	}
 	if q.core.execute(r) {
-		q.respond(r)
+		q.reply(s)
 	}
 }
 
@@ -401,9 +403,28 @@ func (q *rdmaQueue) startWorkers() {
 }
 
 // respond implements queueTransport: it posts the RDMA Write of the data
-// (unsignaled) and the Send of the response in one batch.
+// (unsignaled) and the Send of the response in one batch. It is for
+// goroutines other than the queue's; the queue's own goroutine uses reply.
 func (q *rdmaQueue) respond(r *request) {
 	s := &q.slots[r.index]
+	n := q.buildResponse(s)
+	if err := q.qp.PostSend(s.send[:n]); err != nil {
+		q.log.Debug("posting a response failed: queue ended", "err", err)
+		q.qp.SetError()
+	}
+}
+
+// reply is respond on the queue's goroutine: the WRs join the batch.
+func (q *rdmaQueue) reply(s *rdmaSlot) {
+	n := q.buildResponse(s)
+	q.batch = append(q.batch, s.send[:n]...)
+}
+
+// buildResponse finishes s's request and builds its WRs in s.send: the
+// RDMA Write of controller-to-host data, if any, and the response Send.
+// It returns how many.
+func (q *rdmaQueue) buildResponse(s *rdmaSlot) int {
+	r := &s.req
 	q.core.finish(r)
 	r.rsp.MarshalTo(s.resp)
 	n := 0
@@ -418,10 +439,20 @@ func (q *rdmaQueue) respond(r *request) {
 		s.send[n].Op = rdma.OpSendInv
 		s.send[n].InvRKey = s.keyed.Key
 	}
-	if err := q.qp.PostSend(s.send[:n+1]); err != nil {
-		q.log.Debug("posting a response failed: queue ended", "err", err)
+	return n + 1
+}
+
+// postBatch posts the WRs the queue's goroutine collected.
+func (q *rdmaQueue) postBatch() {
+	if len(q.batch) == 0 {
+		return
+	}
+	if err := q.qp.PostSend(q.batch); err != nil {
+		q.log.Debug("posting work requests failed: queue ended", "err", err)
 		q.qp.SetError()
 	}
+	clear(q.batch) // drop the references to slot arrays
+	q.batch = q.batch[:0]
 }
 
 // onResponseSent frees slot s once its response went out.
