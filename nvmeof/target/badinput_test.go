@@ -201,17 +201,18 @@ func TestBadInputBeforeEnable(t *testing.T) {
 func TestBadInputTooManyOutstanding(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, listen func() string) {
 		tt := newTestTarget(t, listen())
-		// An admin queue of 4 entries; the host posts more receives than
-		// that so that it can take the refusal.
+		// An admin queue of SQSIZE 3 (4 entries, so 3 commands fill it);
+		// the host posts more receives than that so that it can take the
+		// refusal.
 		q, err := dialRaw(t, tt.url, rawDialConfig{hsqsize: 3, hrqsize: 4, nrecv: 16})
 		require.NoError(t, err)
 		r := q.connect(3, 0, hostData(testSubNQN, nvmeof.CNTLIDDynamic), false)
 		require.NoError(t, r.cqe.Status.Err())
 		q.enable()
 		require.NoError(t, q.setFeature(nvmeof.FeatureAsyncEventConfig, uint32(nvmeof.AECNamespaceAttribute)).cqe.Status.Err())
-		// Four AERs stay outstanding: the queue is full.
+		// Three AERs stay outstanding: the queue is full.
 		var cids []uint16
-		for range 4 {
+		for range 3 {
 			c := nvmeof.Command{Opcode: nvmeof.AdminAsyncEventRequest, CID: q.cid()}
 			q.submit(&c, nil)
 			cids = append(cids, c.CID)

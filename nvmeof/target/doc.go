@@ -99,12 +99,13 @@
 // command), Invalid Namespace or Format, LBA Out of Range, Data SGL Length
 // Invalid (the SGL must describe exactly the bytes the command moves;
 // Dataset Management may describe more), SGL Descriptor Type Invalid,
-// SGL Offset Invalid, Command Sequence Error (a command other than
-// Connect before Connect is Invalid Command Opcode; admin and I/O
-// commands before CC.EN=1 and CSTS.RDY=1 or after a shutdown, a second
-// Connect, a queue ID already connected, more commands outstanding than
-// the queue has entries), Command ID Conflict (a CID still outstanding
-// on the queue), Connect Invalid Parameters with IATTR and IPO (an
+// SGL Offset Invalid, Command Sequence Error (admin and I/O commands
+// before CC.EN=1 and CSTS.RDY=1 or after a shutdown, a second Connect, a
+// queue ID already connected, more than SQSIZE commands outstanding:
+// SQSIZE is the 0's based size, and a queue of SQSIZE+1 entries is full
+// with SQSIZE commands), Command ID Conflict (a CID still outstanding on
+// the queue), Invalid Command Opcode also for anything but Connect on a
+// queue not yet connected, Connect Invalid Parameters with IATTR and IPO (an
 // unknown subsystem, an I/O queue naming a controller that does not
 // exist or belongs to another host, a QID beyond the queues granted, a
 // queue size too large), Connect Invalid Host (84h) for a host not on

@@ -80,12 +80,16 @@ func (q *queue) init(t *Target, tr queueTransport, qid uint16, maxEntries int) {
 	q.t, q.tr, q.qid, q.maxEntries = t, tr, qid, maxEntries
 }
 
-// limit is how many commands may be outstanding: the queue's entries.
+// limit is how many commands may be outstanding: SQSIZE, the 0's based
+// size. A submission queue of SQSIZE+1 entries is full with SQSIZE
+// commands in it, and SQHD advances only as commands complete, so a host
+// that follows SQ flow control never has more (Linux hosts size their tag
+// sets to SQSIZE for this reason).
 func (q *queue) limit() int32 {
 	if q.connected {
-		return int32(q.entries)
+		return int32(q.entries - 1)
 	}
-	return int32(q.maxEntries)
+	return int32(q.maxEntries - 1)
 }
 
 // begin checks a received command (r.cmd, and the SGL fields the binding
