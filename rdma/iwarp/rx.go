@@ -3,13 +3,13 @@ package iwarp
 import (
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"io"
 	"net"
 	"syscall"
 	"time"
 
 	"github.com/capsule-storage/capsule/rdma"
+	"github.com/capsule-storage/capsule/rdma/iwarp/internal/crc32c"
 	"github.com/capsule-storage/capsule/rdma/iwarp/internal/wire"
 )
 
@@ -154,7 +154,7 @@ func protoFail(c wire.TermCause, t *termMsg) *rxFail { return &rxFail{st: status
 
 func (q *qp) crcUpdate(b []byte) {
 	if q.crc {
-		q.rx.sum = crc32.Update(q.rx.sum, wire.Castagnoli, b)
+		q.rx.sum = crc32c.Update(q.rx.sum, b)
 	}
 }
 

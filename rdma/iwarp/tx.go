@@ -2,11 +2,11 @@ package iwarp
 
 import (
 	"encoding/binary"
-	"hash/crc32"
 	"net"
 	"sync"
 	"syscall"
 
+	"github.com/capsule-storage/capsule/rdma/iwarp/internal/crc32c"
 	"github.com/capsule-storage/capsule/rdma/iwarp/internal/wire"
 )
 
@@ -89,7 +89,7 @@ func (t *txPath) fpdu(h *wire.Header, body []byte, c *cursor, n int) {
 	t.nb = append(t.nb, hb[:hl])
 	var sum uint32
 	if t.crc {
-		sum = crc32.Update(0, wire.Castagnoli, hb[:hl])
+		sum = crc32c.Update(0, hb[:hl])
 	}
 	for rem := n; rem > 0; {
 		p := c.next(rem)
@@ -98,7 +98,7 @@ func (t *txPath) fpdu(h *wire.Header, body []byte, c *cursor, n int) {
 		}
 		t.nb = append(t.nb, p)
 		if t.crc {
-			sum = crc32.Update(sum, wire.Castagnoli, p)
+			sum = crc32c.Update(sum, p)
 		}
 		rem -= len(p)
 	}
