@@ -186,6 +186,11 @@ func TestEntryURL(t *testing.T) {
 	e.TRTYPE = nvmeof.TransportTCP
 	_, err = EntryURL(e)
 	assert.ErrorIs(t, err, ErrNotSupported)
+	for _, trtype := range []nvmeof.TransportType{nvmeof.TransportRDMA, nvmeof.TransportIntraHost} {
+		u, err = EntryURL(nvmeof.DiscoveryLogEntry{TRTYPE: trtype, ADRFAM: nvmeof.AddressFamilyIntraHost, TRADDR: "capsule"})
+		require.NoError(t, err)
+		assert.Equal(t, "shm://capsule", u)
+	}
 }
 
 func TestNamespaceNotFound(t *testing.T) {

@@ -76,10 +76,17 @@ func Discover(ctx context.Context, url string, opts ...Option) ([]nvmeof.Discove
 }
 
 // EntryURL returns the URL Dial takes for a discovery log entry:
+// shm://TRADDR for an intra-host entry (ADRFAM FEh, as the project's
+// target describes its shm listeners under TRTYPE RDMA, or TRTYPE FEh),
 // iwarp://TRADDR:TRSVCID for an RDMA entry whose provider type is iWARP,
-// rdma://TRADDR:TRSVCID for other RDMA entries, and shm://TRADDR for an
-// intra-host entry (TRTYPE FEh) of the shared-memory provider.
+// and rdma://TRADDR:TRSVCID for other RDMA entries.
 func EntryURL(e nvmeof.DiscoveryLogEntry) (string, error) {
+	if e.ADRFAM == nvmeof.AddressFamilyIntraHost && (e.TRTYPE == nvmeof.TransportRDMA || e.TRTYPE == nvmeof.TransportIntraHost) {
+		if e.TRADDR == "" {
+			return "", fmt.Errorf("%w: intra-host entry without TRADDR", ErrNotSupported)
+		}
+		return "shm://" + e.TRADDR, nil
+	}
 	switch e.TRTYPE {
 	case nvmeof.TransportRDMA:
 		if e.ADRFAM != nvmeof.AddressFamilyIPv4 && e.ADRFAM != nvmeof.AddressFamilyIPv6 {
@@ -90,11 +97,6 @@ func EntryURL(e nvmeof.DiscoveryLogEntry) (string, error) {
 			scheme = "iwarp"
 		}
 		return scheme + "://" + net.JoinHostPort(e.TRADDR, e.TRSVCID), nil
-	case nvmeof.TransportIntraHost:
-		if e.TRADDR == "" {
-			return "", fmt.Errorf("%w: intra-host entry without TRADDR", ErrNotSupported)
-		}
-		return "shm://" + e.TRADDR, nil
 	}
 	return "", fmt.Errorf("%w: transport type %d", ErrNotSupported, e.TRTYPE)
 }

@@ -192,9 +192,9 @@
 //     cache; such a controller completes it at once.
 //   - Asynchronous Event Requests are not used; a namespace that changes
 //     size while connected is noticed only at a reconnect.
-//   - Discovery entries map to URLs by transport: RDMA with provider
-//     iWARP to iwarp://, other RDMA to rdma://, intra-host (FEh) to
-//     shm://TRADDR (EntryURL).
+//   - Discovery entries map to URLs by address family and transport:
+//     intra-host (ADRFAM FEh) to shm://TRADDR, RDMA with provider iWARP to
+//     iwarp://, other RDMA to rdma:// (EntryURL).
 //
 // # Libraries
 //

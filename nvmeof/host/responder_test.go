@@ -541,7 +541,8 @@ func (r *responder) discoveryLog() *nvmeof.DiscoveryLog {
 	e := nvmeof.DiscoveryLogEntry{SUBTYPE: nvmeof.SubsystemNVMe, CNTLID: nvmeof.CNTLIDDynamic, ASQSZ: 32, SUBNQN: r.subNQN}
 	scheme, addr, _ := strings.Cut(strings.TrimPrefix(r.url, "fault+"), "://")
 	if scheme == "shm" {
-		e.TRTYPE, e.ADRFAM, e.TRADDR = nvmeof.TransportIntraHost, nvmeof.AddressFamilyIntraHost, addr
+		e.TRTYPE, e.ADRFAM, e.TRADDR = nvmeof.TransportRDMA, nvmeof.AddressFamilyIntraHost, addr
+		e.SetRDMA(nvmeof.RDMATransportAddress{QPType: nvmeof.RDMAQPTypeReliableConnected, Provider: nvmeof.RDMAProviderNone, CMS: nvmeof.RDMACMSRDMACM})
 	} else {
 		host, port, _ := net.SplitHostPort(addr)
 		e.TRTYPE, e.ADRFAM, e.TRADDR, e.TRSVCID = nvmeof.TransportRDMA, nvmeof.AddressFamilyIPv4, host, port

@@ -64,6 +64,17 @@ func TestTargetReadWrite(t *testing.T) {
 		rt := newTarget(t, url, 16<<20, 512, nil)
 		c := dialTarget(t, rt, WithQueues(queuesFor(url, 2))) // no WithSubsystem: found through discovery
 		require.Equal(t, targetNQN, c.SubsystemNQN())
+		entries, err := Discover(context.Background(), rt.addr, WithLogger(testLogger(t)))
+		require.NoError(t, err)
+		var urls []string
+		for _, e := range entries {
+			if e.SUBTYPE == nvmeof.SubsystemNVMe {
+				u, err := EntryURL(e)
+				require.NoError(t, err)
+				urls = append(urls, u)
+			}
+		}
+		require.Equal(t, []string{rt.addr}, urls, "the discovery log names the listener")
 		ns, err := c.Namespace(1)
 		require.NoError(t, err)
 		require.Equal(t, int64(16<<20), ns.Size())
