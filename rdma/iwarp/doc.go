@@ -9,7 +9,9 @@
 //
 // # Model
 //
-// One TCP connection per QP. Connect sends an MPA Request carrying the CM
+// One TCP connection per QP, with SO_SNDBUF and SO_RCVBUF set to
+// WithSocketBuffer (default 4 MiB, capped by the kernel's wmem_max and
+// rmem_max; 0 keeps the kernel's autotuning). Connect sends an MPA Request carrying the CM
 // private data; the listener's ConnRequest answers with an MPA Reply (the
 // accept's private data) or a Reply with R set (Reject; the dialer gets
 // *rdma.RejectError with the reject's private data). Markers are never

@@ -119,6 +119,11 @@ func (q *qp) start(conn *net.TCPConn, crc bool) error {
 		return rdma.ErrInvalidState
 	}
 	q.conn = conn
+	if n := q.prov.cfg.socketBuffer; n > 0 {
+		// Best effort: a refused size leaves the kernel's.
+		_ = conn.SetReadBuffer(n)
+		_ = conn.SetWriteBuffer(n)
+	}
 	q.local, q.remote = conn.LocalAddr().String(), conn.RemoteAddr().String()
 	q.crc = crc
 	q.tx.conn, q.tx.crc = conn, crc

@@ -114,13 +114,15 @@ func (t *txPath) fpdu(h *wire.Header, body []byte, c *cursor, n int) {
 
 // flush writes the batch with one writev. The caller holds mu.
 func (t *txPath) flush() {
-	if len(t.nb) > 0 && t.err == nil {
+	used := len(t.nb) // WriteTo consumes nb
+	if used > 0 && t.err == nil {
 		if raceEnabled {
 			t.raceRelease()
 		}
 		_, t.err = t.nb.WriteTo(t.conn)
 	}
-	clear(t.bufs[:cap(t.bufs)])
+	// Drop the references to registered memory, in the slots used.
+	clear(t.bufs[:used])
 	t.nb = t.bufs[:0]
 	t.nf = 0
 }
