@@ -131,7 +131,8 @@ type rawQueue struct {
 	recvWR  [1]rdma.RecvWR
 	recvSGE [1]rdma.SGE
 	// responses that arrived while waiting for another CID
-	got map[uint16]rawResponse
+	got    map[uint16]rawResponse
+	closed bool
 }
 
 // rawResponse is a response capsule as it arrived.
@@ -189,6 +190,10 @@ func dialRaw(tb testing.TB, url string, cfg rawDialConfig) (*rawQueue, error) {
 }
 
 func (q *rawQueue) close() {
+	if q.closed {
+		return
+	}
+	q.closed = true
 	if q.qp != nil {
 		q.qp.Close()
 	}
