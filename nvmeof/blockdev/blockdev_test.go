@@ -18,24 +18,24 @@ import (
 // tests, which every implementation passes.
 type deviceCase struct {
 	name string
-	make func(t *testing.T, size int64) Device
+	make func(t testing.TB, size int64) Device
 }
 
 func deviceCases() []deviceCase {
 	return []deviceCase{
-		{"memory", func(t *testing.T, size int64) Device {
+		{"memory", func(t testing.TB, size int64) Device {
 			m, err := NewMemory(size)
 			require.NoError(t, err)
 			return m
 		}},
-		{"file", func(t *testing.T, size int64) Device {
+		{"file", func(t testing.TB, size int64) Device {
 			f, err := OpenFile(filepath.Join(t.TempDir(), "dev.img"), size)
 			require.NoError(t, err)
 			t.Cleanup(func() { f.Close() })
 			return f
 		}},
 		// plain hides every optional interface, so the helpers' fallbacks run.
-		{"plain", func(t *testing.T, size int64) Device {
+		{"plain", func(t testing.TB, size int64) Device {
 			m, err := NewMemory(size)
 			require.NoError(t, err)
 			return plain{m}
