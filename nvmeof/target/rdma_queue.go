@@ -100,12 +100,12 @@ var _ queueTransport = (*rdmaQueue)(nil)
 
 // newRDMAQueue allocates a queue's resources: CQ, QP, capsule and response
 // buffers, receives posted. entries is the host's HSQSIZE+1.
-func newRDMAQueue(l *rdmaListener, qid uint16, entries int) (q *rdmaQueue, err error) {
+func newRDMAQueue(l *rdmaListener, qid uint16, entries int) (_ *rdmaQueue, err error) {
 	cfg := &l.t.cfg
 	nslots := entries * slotsPerEntry
 	capSize := cfg.capsuleSize()
 	stride := (capSize + 63) &^ 63
-	q = &rdmaQueue{
+	q := &rdmaQueue{
 		l:          l,
 		t:          l.t,
 		log:        l.log.With("qid", qid),
