@@ -2,19 +2,21 @@ package target
 
 import (
 	"context"
+	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 	"github.com/capsule-storage/capsule/rdma"
 )
 
-// readLoop drives 4 KiB reads of namespace 1 at a queue depth with no
-// allocation of its own, so that an allocation count measures the target
-// (and the providers) alone. Like a good initiator it posts the commands
-// a batch of completions frees in one PostSend.
+// readLoop drives 4 KiB reads (or writes) of a namespace at a queue depth
+// with no allocation of its own, so that an allocation count measures the
+// target (and the providers) alone. Like a good initiator it posts the
+// commands a batch of completions frees in one PostSend.
 type readLoop struct {
 	q     *rawQueue
 	depth int
@@ -23,10 +25,11 @@ type readLoop struct {
 	wrs   []rdma.SendWR // the batch being built
 }
 
-func newReadLoop(tb testing.TB, q *rawQueue, depth int) *readLoop {
+func newIOLoop(tb testing.TB, q *rawQueue, depth int, op nvmeof.Opcode, nsid uint32) *readLoop {
 	l := &readLoop{q: q, depth: depth, sges: make([]rdma.SGE, depth), wrs: make([]rdma.SendWR, 0, depth)}
 	for i := range depth {
-		c := q.readCmd(1, uint64(i*8), 8, i*4096, 4096)
+		c := q.readCmd(nsid, uint64(i*8), 8, i*4096, 4096)
+		c.Opcode = op
 		_, err := c.MarshalTo(q.cmds.Bytes()[i*q.capSize:])
 		require.NoError(tb, err)
 		l.sges[i] = rdma.SGEOf(q.cmds, i*q.capSize, nvmeof.CommandSize)
@@ -97,25 +100,28 @@ func (l *readLoop) run(n int) {
 	}
 }
 
-// BenchmarkDispatch measures the target's command path: 4 KiB reads from
-// a memory namespace at queue depth 1 and 32, over each provider, with
+// BenchmarkDispatch measures the target's command path: 4 KiB reads and
+// writes on a memory namespace at queue depth 1 and 32, over each provider, with
 // the initiator allocating nothing, so allocs/op is the target's (and
 // the providers'). The baseline is the provider's own ping-pong
 // (rdma/conformance, BenchmarkPingPong) and memcpy of 4 KiB.
 func BenchmarkDispatch(b *testing.B) {
 	for name, listen := range transports() {
-		for _, depth := range []int{1, 32} {
-			b.Run(name+"/qd"+strconv.Itoa(depth), func(b *testing.B) {
-				tt := newTestTarget(b, listen())
-				admin := adminQueue(b, tt.url, testSubNQN, 0)
-				io := ioQueue(b, tt.url, admin, 1, 64)
-				l := newReadLoop(b, io, depth)
-				l.run(1000) // warm up: every slot and buffer touched
-				b.SetBytes(4096)
-				b.ReportAllocs()
-				b.ResetTimer()
-				l.run(b.N)
-			})
+		for _, op := range []nvmeof.Opcode{nvmeof.IORead, nvmeof.IOWrite} {
+			for _, depth := range []int{1, 32} {
+				opName := map[nvmeof.Opcode]string{nvmeof.IORead: "read", nvmeof.IOWrite: "write"}[op]
+				b.Run(name+"/"+opName+"/qd"+strconv.Itoa(depth), func(b *testing.B) {
+					tt := newTestTarget(b, listen())
+					admin := adminQueue(b, tt.url, testSubNQN, 0)
+					io := ioQueue(b, tt.url, admin, 1, 64)
+					l := newIOLoop(b, io, depth, op, 1)
+					l.run(1000) // warm up: every slot and buffer touched
+					b.SetBytes(4096)
+					b.ReportAllocs()
+					b.ResetTimer()
+					l.run(b.N)
+				})
+			}
 		}
 	}
 	b.Run("baseline/memcpy-4KiB", func(b *testing.B) {
@@ -128,7 +134,9 @@ func BenchmarkDispatch(b *testing.B) {
 }
 
 // TestDispatchAllocatesNothing checks R8 on the target side: in steady
-// state a 4 KiB read costs no allocation, over either provider.
+// state 4 KiB reads and writes cost no allocation, over either provider,
+// on a memory namespace (run on the queue's goroutine) and a file
+// namespace (run on workers).
 func TestDispatchAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -136,12 +144,20 @@ func TestDispatchAllocatesNothing(t *testing.T) {
 	for name, listen := range transports() {
 		t.Run(name, func(t *testing.T) {
 			tt := newTestTarget(t, listen())
+			f, err := blockdev.OpenFile(filepath.Join(t.TempDir(), "ns.img"), 4<<20)
+			require.NoError(t, err)
+			_, err = tt.sub.AddNamespace(NamespaceConfig{NSID: 2, Device: f})
+			require.NoError(t, err)
 			admin := adminQueue(t, tt.url, testSubNQN, 0)
 			io := ioQueue(t, tt.url, admin, 1, 64)
-			l := newReadLoop(t, io, 8)
-			l.run(2000)
-			allocs := testing.AllocsPerRun(20, func() { l.run(100) })
-			require.Zero(t, allocs, "allocations per 100 reads")
+			for _, nsid := range []uint32{1, 2} {
+				for _, op := range []nvmeof.Opcode{nvmeof.IORead, nvmeof.IOWrite} {
+					l := newIOLoop(t, io, 8, op, nsid)
+					l.run(2000)
+					allocs := testing.AllocsPerRun(20, func() { l.run(100) })
+					require.Zero(t, allocs, "allocations per 100 commands, opcode %v, namespace %d", op, nsid)
+				}
+			}
 		})
 	}
 }
