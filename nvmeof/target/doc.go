@@ -93,24 +93,40 @@
 //
 // # Bad input
 //
-// Everything else gets its NVMe status and the connection stays: Invalid
-// Command Opcode, Invalid Field in Command (reserved or unsupported
-// values, a transfer above MDTS, in-capsule data for a controller-to-host
-// command), Invalid Namespace or Format, LBA Out of Range, Data SGL Length
-// Invalid (the SGL must describe exactly the bytes the command moves;
-// Dataset Management may describe more), SGL Descriptor Type Invalid,
-// SGL Offset Invalid, Command Sequence Error (admin and I/O commands
-// before CC.EN=1 and CSTS.RDY=1 or after a shutdown, a second Connect, a
-// queue ID already connected, more than SQSIZE commands outstanding:
-// SQSIZE is the 0's based size, and a queue of SQSIZE+1 entries is full
-// with SQSIZE commands), Command ID Conflict (a CID still outstanding on
-// the queue), Invalid Command Opcode also for anything but Connect on a
-// queue not yet connected, Connect Invalid Parameters with IATTR and IPO (an
-// unknown subsystem, an I/O queue naming a controller that does not
-// exist or belongs to another host, a QID beyond the queues granted, a
-// queue size too large), Connect Invalid Host (84h) for a host not on
-// the allow-list. Every check happens before data moves or the device is
-// touched, so a refused command changes nothing.
+// Everything else gets its NVMe status (with DNR) and the connection
+// stays. Every check happens before data moves or a device is touched, so
+// a refused command changes nothing.
+//
+//	Invalid Command Opcode        an opcode or FCTYPE the queue does not serve;
+//	                              anything but Connect on a queue not connected
+//	Invalid Field in Command      reserved or unsupported values (CNS, FID, log
+//	                              page offsets, properties, AEC bits), a transfer
+//	                              above MDTS, in-capsule data for
+//	                              controller-to-host data
+//	Invalid Log Page              a log page this controller does not have
+//	Feature Not Saveable          Set Features with SV
+//	AER Limit Exceeded            a fifth Asynchronous Event Request held
+//	Invalid Queue Type            Disconnect on the admin queue
+//	Invalid Namespace or Format   an NSID with no namespace
+//	LBA Out of Range              blocks past the end (any range of a DSM)
+//	Data SGL Length Invalid       an SGL that does not describe exactly the
+//	                              bytes the command moves (DSM may describe
+//	                              more); in-capsule data past the capsule
+//	SGL Descriptor Type Invalid   any SGL but Keyed Data Block, in-capsule
+//	                              Data Block and NULL
+//	SGL Offset Invalid            an in-capsule offset past the capsule
+//	Command Sequence Error        admin and I/O commands before CC.EN=1 and
+//	                              CSTS.RDY=1 or after a shutdown; a second
+//	                              Connect; a QID already connected; Number of
+//	                              Queues after I/O queues exist; more than SQSIZE
+//	                              commands outstanding (SQSIZE is 0's based: a
+//	                              queue of SQSIZE+1 entries is full with SQSIZE)
+//	Command ID Conflict           a CID still outstanding on the queue
+//	Connect Invalid Parameters    unknown subsystem, static CNTLID, I/O queue of
+//	                              a controller that does not exist or is another
+//	                              host's, QID beyond the queues granted, queue
+//	                              too large; DW0 has IATTR and IPO
+//	Connect Invalid Host (84h)    a host not on the subsystem's allow-list
 //
 // # Concurrency
 //
@@ -123,8 +139,11 @@
 // namespace table is an atomic snapshot, the CID table and counters are
 // atomics, and a queue's slots belong to whoever is working on them.
 // Command slots, buffers and work requests are allocated when a queue is
-// set up; steady-state I/O allocates nothing (TestDispatchAllocatesNothing,
-// BenchmarkDispatch).
+// set up (large buffers on first use); steady-state reads and writes
+// allocate nothing, on the queue goroutine or the workers
+// (TestDispatchAllocatesNothing, BenchmarkDispatch). The WRs a queue's
+// goroutine builds while handling one batch of completions go out in one
+// PostSend.
 //
 // # Sharp edges
 //

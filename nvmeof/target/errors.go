@@ -11,8 +11,6 @@ var (
 	ErrInvalidNQN = errors.New("target: invalid NQN")
 	// ErrSubsystemExists: AddSubsystem was given an NQN already in use.
 	ErrSubsystemExists = errors.New("target: subsystem already exists")
-	// ErrNoSubsystem: no subsystem has that NQN.
-	ErrNoSubsystem = errors.New("target: no such subsystem")
 	// ErrNamespaceExists: the NSID is already in use in the subsystem.
 	ErrNamespaceExists = errors.New("target: namespace ID already in use")
 	// ErrNoNamespace: the subsystem has no namespace with that NSID.
