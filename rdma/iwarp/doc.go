@@ -67,6 +67,45 @@
 // syscall.Write and syscall.Read, and without these edges it would report
 // the application's reuse of memory that a peer has since written.
 //
+// # Performance
+//
+// PERFORMANCE.md R2 asks 1 MiB RDMA Writes and Reads on one connection
+// for 75 % of a same-run loopback Go TCP stream with 1 MiB writes
+// (BenchmarkTransfer in rdma/conformance, which also reports the process
+// CPU time per MiB, and BenchmarkR2Ratio here, which interleaves the
+// three). On the 2-core AMD EPYC build machines, CRC on (the default),
+// medians of interleaved runs, November 2026:
+//
+//	                             load  tcp CPU/MiB  write CPU  read CPU  write/tcp  read/tcp
+//	before (hash/crc32, autotuned buffers)
+//	  BenchmarkTransfer 1MiB      2.4   320 µs       604 µs    677 µs    0.53       0.57
+//	  BenchmarkR2Ratio            5.4   342 µs       686 µs    694 µs    0.52       0.51
+//	after (internal/crc32c, 4 MiB socket buffers)
+//	  BenchmarkTransfer 1MiB      2.4   346 µs       529 µs    537 µs    0.74       0.79
+//	  BenchmarkR2Ratio            5.4   338 µs       556 µs    570 µs    0.60       0.60
+//
+// So R2 holds only while the cores are not contended: under load the
+// wall-clock ratio follows the CPU ratio (about 1.5–1.7 times the TCP
+// stream's CPU per MiB). Where the rest goes, from profiles: the CRC,
+// both ends, about 75 µs per MiB (28 GB/s in place; 35 GB/s on hot
+// data); without CRC a Write costs about 1.25 times the TCP stream. The
+// receiver makes one readv per FPDU (17 per MiB against 2–3 reads for the
+// TCP reader); it is the slower end, so the window stays nearly closed
+// and each readv's window update makes it run the sender's transmit and
+// the loopback delivery in its own system call, and each arriving segment
+// wakes the idle netpoller thread (context switches about 8 % of CPU).
+// Tried without gain: 4 or 8 FPDUs per writev instead of 16 (worse;
+// the CRC'd batch already sits in the 1 MiB L2), readv as a raw system
+// call, and SO_RCVLOWAT raised while the stream is busy (the wakeups come
+// anyway once the window is nearly closed). Not done: reading several
+// FPDUs per readv by guessing where the next segment goes. A Write does
+// not say its length, so a wrong guess (a Read Response or Send between
+// two segments, which this provider's own sender produces at batch
+// boundaries) would leave the next FPDU's bytes past the end of the
+// Write in memory the peer never wrote; only Read Responses, whose length
+// the Read Request fixed, could do it safely, with a replay of misplaced
+// bytes.
+//
 // # Invariants and semantics
 //
 //   - Sends and Writes complete once written to TCP; Reads when their last

@@ -23,8 +23,10 @@ func (d *rxReader) readvInto(p []byte) error {
 	}
 	d.r, d.w = 0, 0
 	for len(p) > 0 {
-		d.iov[0].Base, d.iov[0].Len = &p[0], uint64(len(p))
-		d.iov[1].Base, d.iov[1].Len = &d.buf[0], uint64(len(d.buf))
+		d.iov[0].Base = &p[0]
+		d.iov[0].SetLen(len(p))
+		d.iov[1].Base = &d.buf[0]
+		d.iov[1].SetLen(len(d.buf))
 		err := d.rc.Read(d.readvFn)
 		if err == nil {
 			err = d.rvErr
