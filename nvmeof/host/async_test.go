@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/rdma"
+	"github.com/capsule-storage/capsule/rdma/fault"
 )
 
 // TestAsyncFromOneGoroutine keeps 64 requests in flight from one
@@ -70,7 +74,8 @@ func TestAsyncFromOneGoroutine(t *testing.T) {
 }
 
 func TestSubmitRefusals(t *testing.T) {
-	r := newResponder(t, listenURLs(false)[0], 1<<20, 512)
+	r := newResponder(t, listenURLs(true)[0], 1<<20, 512)
+	inj := fault.For(r.url)
 	c := dialResponder(t, r, WithQueues(1))
 	ns, err := c.Namespace(1)
 	require.NoError(t, err)
@@ -87,9 +92,14 @@ func TestSubmitRefusals(t *testing.T) {
 	}
 	assert.False(t, called, "Done is not called when Submit refuses")
 
-	block := make(chan struct{})
-	rq := Request{Op: OpRead, Buf: make([]byte, 512), Done: func(*Request) { <-block }}
+	// Hold the responses so that the request stays in flight.
+	rule := inj.Delay(fault.Match{Ops: []rdma.Opcode{rdma.OpSend}, Side: fault.Acceptor}, 300*time.Millisecond)
+	finished := make(chan error, 1)
+	rq := Request{Op: OpRead, Buf: make([]byte, 512), Done: func(r *Request) { finished <- r.Err }}
 	require.NoError(t, ns.Submit(&rq))
 	assert.ErrorIs(t, ns.Submit(&rq), ErrRequestBusy, "a request in flight cannot be submitted again")
-	close(block)
+	rule.Remove()
+	require.NoError(t, <-finished)
+	require.NoError(t, ns.Submit(&rq), "a completed request can be submitted again")
+	require.NoError(t, <-finished)
 }

@@ -792,7 +792,8 @@ func (c *Controller) checkTimeouts() {
 
 // Close drains the requests in flight (for up to 5 seconds), shuts the
 // controller down (CC.SHN), and disconnects. Requests still waiting fail
-// with ErrClosed. Close waits for a reconnect in progress to stop.
+// with ErrClosed. Close waits for a reconnect in progress to stop, and
+// for the queue goroutines: do not call it from a Done callback.
 func (c *Controller) Close() error {
 	c.mu.Lock()
 	if c.state == StateClosing || c.state == StateClosed {

@@ -182,7 +182,8 @@
 //     caller's memory, which is not registered).
 //   - Done runs on a queue goroutine: it must not block, and must not wait
 //     for I/O of its own queue (a synchronous ReadAt in Done can deadlock).
-//     Submit from Done is fine. Done is never called from inside Submit.
+//     Submit from Done is fine; Close from Done deadlocks (Close waits for
+//     the queue goroutines). Done is never called from inside Submit.
 //   - WriteAt, WriteZeroes and Discard must be block-aligned
 //     (ErrUnaligned): a read-modify-write would not be atomic against
 //     other writers. ReadAt may be unaligned.

@@ -111,6 +111,13 @@ type queue struct {
 	// going away: nothing more is issued here, and what waits is
 	// collected by fail when the reconnect closes the queue.
 	holding bool
+	// batching is set while the queue goroutine handles a batch of
+	// completions: issue then leaves its Send in batch, and the goroutine
+	// posts the batch with one PostSend (one writev on iwarp) at its end.
+	// batchOn mirrors it for a lock-free check.
+	batching bool
+	batch    []rdma.SendWR
+	batchOn  atomic.Bool
 
 	// failed is the queue goroutine's own flag (or close's, once the
 	// goroutine has exited).
@@ -214,6 +221,7 @@ func newQueue(c *Controller, a *association, qc queueConfig) (q *queue, err erro
 		s.sge[0] = rdma.SGEOf(q.slotMR, s.capOff, nvmeof.CommandSize)
 		s.wr[0] = rdma.SendWR{Op: rdma.OpSend, SGL: s.sge[:]}
 	}
+	q.batch = make([]rdma.SendWR, 0, depth)
 	q.freeSlots = make([]uint16, 0, depth)
 	for i := depth - 1; i >= 0; i-- {
 		q.freeSlots = append(q.freeSlots, uint16(i))
@@ -271,6 +279,7 @@ func (q *queue) connect(ctx context.Context, host string, cntlid uint16) error {
 func (q *queue) run() {
 	defer close(q.exited)
 	wcs := make([]rdma.WC, 64)
+	posting := make([]rdma.SendWR, 0, cap(q.batch))
 	for {
 		n, err := q.cq.Wait(q.ctx, wcs)
 		if err != nil {
@@ -281,9 +290,30 @@ func (q *queue) run() {
 			<-q.ctx.Done()
 			return
 		}
+		q.mu.Lock()
+		q.batching = true
+		q.batchOn.Store(true)
+		q.mu.Unlock()
 		for i := range wcs[:n] {
 			q.handle(&wcs[i])
 		}
+		q.mu.Lock()
+		q.batching = false
+		q.batchOn.Store(false)
+		posting = append(posting[:0], q.batch...)
+		q.batch = q.batch[:0]
+		q.mu.Unlock()
+		if len(posting) > 0 && !q.failed {
+			q.post(posting)
+		}
+	}
+}
+
+// post posts Sends of command capsules; a failure drops the queue.
+func (q *queue) post(wrs []rdma.SendWR) {
+	if err := q.qp.PostSend(wrs); err != nil {
+		q.log.Warn("nvmeof/host: posting commands failed; dropping the queue", "err", err)
+		q.qp.SetError()
 	}
 }
 
@@ -692,10 +722,16 @@ func (q *queue) issue(s *slot) {
 	}
 	s.gotResp = false
 	s.live.Store(uint32(s.cid()) + 1)
-	if err := q.qp.PostSend(s.wr[:]); err != nil {
-		q.log.Warn("nvmeof/host: posting a command failed; dropping the queue", "err", err)
-		q.qp.SetError()
+	if q.batchOn.Load() {
+		q.mu.Lock()
+		if q.batching {
+			q.batch = append(q.batch, *wr)
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
 	}
+	q.post(s.wr[:])
 }
 
 // copyOut copies the part of a read command's data that the request

@@ -74,6 +74,9 @@ type capsuleRecord struct {
 	keyed   []byte
 }
 
+// fakeController is a controller of the responder; cc and csts are
+// guarded by responder.mu (the admin connection writes them, the I/O
+// connections read them).
 type fakeController struct {
 	cntlid  uint16
 	subNQN  string
@@ -339,7 +342,7 @@ func (c *respConn) fetch(k nvmeof.KeyedSGL) ([]byte, bool) {
 
 // hostData returns the host-to-controller data of a command: in the
 // capsule or fetched by RDMA Read.
-func (c *respConn) hostData(cmd *nvmeof.Command, rest []byte, rec *capsuleRecord) ([]byte, bool) {
+func (c *respConn) hostData(cmd *nvmeof.Command, rest []byte, rec *recording) ([]byte, bool) {
 	switch cmd.DPTR.Kind() {
 	case nvmeof.SGLKindInCapsule:
 		ic, _ := cmd.DPTR.InCapsule()
@@ -350,7 +353,7 @@ func (c *respConn) hostData(cmd *nvmeof.Command, rest []byte, rec *capsuleRecord
 	case nvmeof.SGLKindKeyed:
 		k, _ := cmd.DPTR.Keyed()
 		b, ok := c.fetch(k)
-		rec.keyed = b
+		rec.setKeyed(b)
 		return b, ok
 	}
 	return nil, false
@@ -363,25 +366,40 @@ func (c *respConn) handle(capsule []byte) bool {
 	if err != nil {
 		return false
 	}
-	rec := capsuleRecord{qid: c.qid, capsule: append([]byte(nil), capsule...)}
-	defer func() {
-		r.mu.Lock()
-		r.capsules = append(r.capsules, rec)
-		r.mu.Unlock()
-	}()
+	// Record the capsule before answering it: the host may look as soon
+	// as it has the response.
+	r.mu.Lock()
+	r.capsules = append(r.capsules, capsuleRecord{qid: c.qid, capsule: append([]byte(nil), capsule...)})
+	rec := &recording{r: r, i: len(r.capsules) - 1}
+	r.mu.Unlock()
 	if cmd.IsFabrics() {
-		return c.fabrics(&cmd, rest, &rec)
+		return c.fabrics(&cmd, rest, rec)
 	}
-	if c.ctrl == nil || !c.ctrl.csts.RDY() {
+	r.mu.Lock()
+	ready := c.ctrl != nil && c.ctrl.csts.RDY()
+	r.mu.Unlock()
+	if !ready {
 		return c.reply(&cmd, nvmeof.StatusCommandSequenceError, 0, nil)
 	}
 	if c.qid == 0 {
 		return c.admin(&cmd)
 	}
-	return c.io(&cmd, rest, &rec)
+	return c.io(&cmd, rest, rec)
 }
 
-func (c *respConn) fabrics(cmd *nvmeof.Command, rest []byte, rec *capsuleRecord) bool {
+// recording adds what the responder fetched to a recorded capsule.
+type recording struct {
+	r *responder
+	i int
+}
+
+func (rec *recording) setKeyed(b []byte) {
+	rec.r.mu.Lock()
+	rec.r.capsules[rec.i].keyed = b
+	rec.r.mu.Unlock()
+}
+
+func (c *respConn) fabrics(cmd *nvmeof.Command, rest []byte, rec *recording) bool {
 	r := c.r
 	switch cmd.FabricsType() {
 	case nvmeof.FabricsConnect:
@@ -425,6 +443,9 @@ func (c *respConn) fabrics(cmd *nvmeof.Command, rest []byte, rec *capsuleRecord)
 		if err != nil || c.ctrl == nil {
 			return c.reply(cmd, nvmeof.StatusInvalidField, 0, nil)
 		}
+		r.mu.Lock()
+		cc, csts := c.ctrl.cc, c.ctrl.csts
+		r.mu.Unlock()
 		var v uint64
 		switch pg.Offset {
 		case nvmeof.PropertyCAP:
@@ -436,9 +457,9 @@ func (c *respConn) fabrics(cmd *nvmeof.Command, rest []byte, rec *capsuleRecord)
 		case nvmeof.PropertyVS:
 			v = uint64(nvmeof.Version2_0)
 		case nvmeof.PropertyCC:
-			v = uint64(c.ctrl.cc)
+			v = uint64(cc)
 		case nvmeof.PropertyCSTS:
-			v = uint64(c.ctrl.csts)
+			v = uint64(csts)
 		default:
 			return c.reply(cmd, nvmeof.StatusInvalidField, 0, nil)
 		}
@@ -451,11 +472,13 @@ func (c *respConn) fabrics(cmd *nvmeof.Command, rest []byte, rec *capsuleRecord)
 			return c.reply(cmd, nvmeof.StatusInvalidField, 0, nil)
 		}
 		cc := nvmeof.CC(ps.Value)
+		r.mu.Lock()
 		c.ctrl.cc = cc
 		c.ctrl.csts = c.ctrl.csts.WithRDY(cc.EN())
 		if cc.SHN() != nvmeof.ShutdownNone {
 			c.ctrl.csts = c.ctrl.csts.WithSHST(nvmeof.ShutdownStatusComplete)
 		}
+		r.mu.Unlock()
 		return c.reply(cmd, nvmeof.StatusSuccess, 0, nil)
 	}
 	return c.reply(cmd, nvmeof.StatusInvalidOpcode, 0, nil)
@@ -551,7 +574,7 @@ func (r *responder) discoveryLog() *nvmeof.DiscoveryLog {
 	return &nvmeof.DiscoveryLog{GenCtr: 1, Entries: []nvmeof.DiscoveryLogEntry{e}}
 }
 
-func (c *respConn) io(cmd *nvmeof.Command, rest []byte, rec *capsuleRecord) bool {
+func (c *respConn) io(cmd *nvmeof.Command, rest []byte, rec *recording) bool {
 	r := c.r
 	if cmd.NSID != 1 {
 		return c.reply(cmd, nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), 0, nil)

@@ -84,7 +84,7 @@ func TestWireConnectAndEnable(t *testing.T) {
 	assert.Equal(t, nvmeof.RDMACMRequest{QID: 2, HRQSize: 17, HSQSize: 16, CNTLID: info.CNTLID}, cm[2])
 
 	admin := capsulesOf(r.records(), 0)
-	require.GreaterOrEqual(t, len(admin), 7)
+	require.GreaterOrEqual(t, len(admin), 7, "capsules on the admin queue")
 
 	// The admin Connect: Fabrics opcode, PSDT 01b as Linux sets it, the
 	// 1024 bytes of data behind a keyed SGL that asks for invalidation,
@@ -218,7 +218,7 @@ func TestWireIOCommands(t *testing.T) {
 	require.NoError(t, ns.Discard(512*20, 512*6))
 
 	io := capsulesOf(r.records(), 1)[before:]
-	require.Len(t, io, 6)
+	require.Equal(t, 6, len(io), "capsules on queue 1")
 	requireBytes(t, `
 		01 40 ????     # Write, PSDT 01b
 		01000000       # NSID 1
