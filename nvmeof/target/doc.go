@@ -86,6 +86,10 @@
 //     use registered buffers each queue allocates on demand up to a limit
 //     (WithLargeBuffersPerQueue); a command that finds none free waits
 //     for one.
+//   - Registered memory outlives its queue: when a queue ends, its capsule,
+//     response and large buffers go to its listener's cache (up to 64 MiB),
+//     and new queues take them from there, so the burst of connections
+//     after hosts reconnect registers nothing new.
 //   - A failed work request is fatal to the queue, as the binding says: a
 //     key the host's device refuses (RemAccessErr on the RDMA Read or
 //     Write) ends the connection, and no data moved. So does a capsule

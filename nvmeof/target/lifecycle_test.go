@@ -209,3 +209,34 @@ func TestConfiguration(t *testing.T) {
 	_, err = tg.Listen(context.Background(), url)
 	assert.ErrorIs(t, err, ErrListenerExists)
 }
+
+// TestRegionsReused: the registered memory of queues that ended serves
+// the next ones (a reconnect does not register it again), within the
+// cache's limit, and Shutdown releases it.
+func TestRegionsReused(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, listen func() string) {
+		tt := newTestTarget(t, listen())
+		l := tt.listeners[0].(*rdmaListener)
+		cached := func() int {
+			l.regions.mu.Lock()
+			defer l.regions.mu.Unlock()
+			return l.regions.bytes
+		}
+		admin := adminQueue(t, tt.url, testSubNQN, 0)
+		io := ioQueue(t, tt.url, admin, 1, 32)
+		require.NoError(t, io.do(io.readCmd(1, 0, 256, 0, 128<<10), nil).cqe.Status.Err()) // a large buffer
+		assert.Zero(t, cached())
+		admin.close()
+		io.close()
+		require.Eventually(t, func() bool { return tt.queueCount() == 0 }, rawTimeout, time.Millisecond)
+		held := cached()
+		assert.Greater(t, held, DefaultMaxTransfer, "capsule, response and large buffers of both queues")
+
+		admin = adminQueue(t, tt.url, testSubNQN, 0)
+		io = ioQueue(t, tt.url, admin, 1, 32)
+		require.NoError(t, io.do(io.readCmd(1, 0, 256, 0, 128<<10), nil).cqe.Status.Err())
+		assert.Zero(t, cached(), "the same queues again take every region back")
+		require.NoError(t, tt.Close())
+		assert.Zero(t, cached())
+	})
+}

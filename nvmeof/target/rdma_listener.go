@@ -27,6 +27,9 @@ type rdmaListener struct {
 	disc   nvmeof.DiscoveryLogEntry
 	log    *slog.Logger
 	queues sync.WaitGroup // queues accepted here, so the PD outlives them
+	// regions keeps the registered memory of queues that ended for the
+	// queues that come next.
+	regions regionCache
 
 	closeOnce sync.Once
 	closeErr  error
@@ -53,6 +56,7 @@ func listenRDMA(ctx context.Context, t *Target, url string, portID uint16) (*rdm
 		return nil, err
 	}
 	l := &rdmaListener{t: t, ln: ln, pd: pd, addr: addr, disc: disc, log: t.log.With("listener", addr)}
+	l.regions = regionCache{pd: pd, limit: regionCacheLimit, bySize: map[int][]rdma.MR{}}
 	t.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
@@ -72,6 +76,7 @@ func (l *rdmaListener) acceptLoop() {
 	defer l.t.wg.Done()
 	defer func() {
 		l.queues.Wait()
+		l.regions.release()
 		l.pd.Close()
 	}()
 	for {
@@ -143,4 +148,65 @@ func (l *rdmaListener) setUp(req rdma.ConnRequest) bool {
 	l.t.wg.Add(1)
 	go q.run()
 	return true
+}
+
+// regionCacheLimit bounds the registered memory a listener keeps for
+// queues to come.
+const regionCacheLimit = 64 << 20
+
+// regionCache holds registered regions (all with AccessLocalWrite) that
+// queues no longer use, by size, so that new queues, above all the burst
+// of them after hosts reconnect, reuse memory instead of registering it
+// again. A region is put back only once its QP is closed, when no
+// transfer can touch it any more. Its bytes are stale, never shown to a
+// host: receives overwrite capsule buffers, and every byte of a data
+// buffer a command sends was written by the command.
+type regionCache struct {
+	pd    rdma.PD
+	limit int
+
+	mu     sync.Mutex // guards bySize and bytes; taken alone
+	bySize map[int][]rdma.MR
+	bytes  int
+}
+
+// get returns a cached region of size bytes, or registers a new one.
+func (c *regionCache) get(size int) (rdma.MR, error) {
+	c.mu.Lock()
+	if list := c.bySize[size]; len(list) > 0 {
+		mr := list[len(list)-1]
+		c.bySize[size] = list[:len(list)-1]
+		c.bytes -= size
+		c.mu.Unlock()
+		return mr, nil
+	}
+	c.mu.Unlock()
+	return c.pd.Alloc(size, rdma.AccessLocalWrite)
+}
+
+// put keeps a region for later, or deregisters it when the cache is full.
+func (c *regionCache) put(mr rdma.MR) {
+	size := len(mr.Bytes())
+	c.mu.Lock()
+	if c.bytes+size <= c.limit {
+		c.bySize[size] = append(c.bySize[size], mr)
+		c.bytes += size
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	mr.Deregister()
+}
+
+// release deregisters every cached region.
+func (c *regionCache) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for size, list := range c.bySize {
+		for _, mr := range list {
+			mr.Deregister()
+		}
+		delete(c.bySize, size)
+	}
+	c.bytes = 0
 }

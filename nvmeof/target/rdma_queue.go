@@ -117,7 +117,7 @@ func newRDMAQueue(l *rdmaListener, qid uint16, entries int) (_ *rdmaQueue, err e
 	}
 	q.core.init(l.t, q, qid, entries)
 	q.soft, q.softCancel = context.WithCancel(l.t.ctx)
-	q.large = largePool{pd: l.pd, size: cfg.maxTransfer, max: cfg.largeBuffersPerQueue,
+	q.large = largePool{regions: &l.regions, size: cfg.maxTransfer, max: cfg.largeBuffersPerQueue,
 		waiters: make([]*rdmaSlot, 0, nslots)}
 	defer func() {
 		if err != nil {
@@ -127,10 +127,10 @@ func newRDMAQueue(l *rdmaListener, qid uint16, entries int) (_ *rdmaQueue, err e
 	if q.cq, err = l.pd.CreateCQ(3*nslots + 16); err != nil {
 		return nil, err
 	}
-	if q.capsules, err = l.pd.Alloc(nslots*stride, rdma.AccessLocalWrite); err != nil {
+	if q.capsules, err = l.regions.get(nslots * stride); err != nil {
 		return nil, err
 	}
-	if q.responses, err = l.pd.Alloc(nslots*nvmeof.CompletionSize, rdma.AccessLocalWrite); err != nil {
+	if q.responses, err = l.regions.get(nslots * nvmeof.CompletionSize); err != nil {
 		return nil, err
 	}
 	if q.qp, err = l.pd.CreateQP(rdma.QPConfig{
@@ -175,10 +175,10 @@ func (q *rdmaQueue) free() {
 		q.cq.Close()
 	}
 	if q.capsules != nil {
-		q.capsules.Deregister()
+		q.l.regions.put(q.capsules)
 	}
 	if q.responses != nil {
-		q.responses.Deregister()
+		q.l.regions.put(q.responses)
 	}
 	q.large.free()
 }
@@ -482,10 +482,11 @@ func (q *rdmaQueue) onResponseSent(s *rdmaSlot) bool {
 // largeBuffer is a registered buffer of MaxTransfer bytes.
 type largeBuffer struct{ mr rdma.MR }
 
-// largePool hands out a queue's large buffers, allocating up to max of
-// them on demand. It belongs to the queue's goroutine.
+// largePool hands out a queue's large buffers, taking up to max of them
+// from the listener's region cache on demand. It belongs to the queue's
+// goroutine.
 type largePool struct {
-	pd      rdma.PD
+	regions *regionCache
 	size    int
 	max     int
 	all     []*largeBuffer
@@ -501,7 +502,7 @@ func (p *largePool) get(s *rdmaSlot) (*largeBuffer, error) {
 		return b, nil
 	}
 	if len(p.all) < p.max {
-		mr, err := p.pd.Alloc(p.size, rdma.AccessLocalWrite)
+		mr, err := p.regions.get(p.size)
 		if err != nil {
 			return nil, err
 		}
@@ -526,10 +527,10 @@ func (p *largePool) put(b *largeBuffer) *rdmaSlot {
 	return nil
 }
 
-// free deregisters every buffer.
+// free gives every buffer back to the region cache.
 func (p *largePool) free() {
 	for _, b := range p.all {
-		b.mr.Deregister()
+		p.regions.put(b.mr)
 	}
 	p.all, p.idle, p.waiters = nil, nil, nil
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -62,6 +63,9 @@ func TestStressRandomIO(t *testing.T) {
 				for _, q := range queues {
 					q.close()
 				}
+				// The target sees the connections end on its own time;
+				// the next subtest reuses the QIDs.
+				require.Eventually(t, func() bool { return ioQueueCount(tt, admin.cntlid) == 0 }, rawTimeout, time.Millisecond)
 			})
 		}
 	})
