@@ -113,14 +113,16 @@
 // 1 MiB gained little or nothing, too sharp an optimum to trust off this
 // kernel, and a default-buffer TCP stream with 64 KiB gains as much
 // (271 -> 196 µs per MiB, 3.5 -> 5.0 GB/s), so it is left out as well.
-// Not done: reading several
-// FPDUs per readv by guessing where the next segment goes. A Write does
-// not say its length, so a wrong guess (a Read Response or Send between
-// two segments, which this provider's own sender produces at batch
-// boundaries) would leave the next FPDU's bytes past the end of the
-// Write in memory the peer never wrote; only Read Responses, whose length
-// the Read Request fixed, could do it safely, with a replay of misplaced
-// bytes.
+// These regimes are also why single runs swing: at load 4 the CPU per MiB
+// of BenchmarkTransfer's 1 MiB Write ranged from 447 to 729 µs.
+//
+// Not done: reading several FPDUs per readv by guessing where the next
+// segment goes. A Write does not say its length, so a wrong guess (a Read
+// Response or Send between two segments, which this provider's own
+// sender produces at batch boundaries) would leave the next FPDU's bytes
+// past the end of the Write in memory the peer never wrote; only Read
+// Responses, whose length the Read Request fixed, could do it safely,
+// with a replay of misplaced bytes.
 //
 // # Invariants and semantics
 //
