@@ -90,6 +90,19 @@ func (q *qp) flushRecvLocked() {
 	}
 }
 
+// headRecv returns the Recv the receiver fills next, or nil when the
+// queue is empty or was flushed. Only the receiver advances head outside
+// a flush, so the slot stays put until it completes it.
+func (q *qp) headRecv() *rwr {
+	r := &q.rq
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.flushed || r.head == r.tail {
+		return nil
+	}
+	return r.slot(r.head)
+}
+
 // completeRecv pops the head Recv with wc. It returns false if the queue
 // was flushed meanwhile (the flush completed it).
 func (q *qp) completeRecv(wc rdma.WC) bool {

@@ -398,7 +398,10 @@ func (q *qp) rxSend(n int) error {
 			x.timer.Stop()
 		}
 	}
-	rv := q.rq.slot(q.rq.head)
+	rv := q.headRecv()
+	if rv == nil {
+		return errStop // flushed meanwhile: SetError or Close completed the Recvs
+	}
 	if uint64(x.mo)+uint64(n) > rv.total {
 		c := wire.TermCause{Layer: wire.LayerDDP, EType: wire.ETypeDDPUntagged, Code: wire.CodeDDPTooLong}
 		q.completeRecv(rdma.WC{Status: rdma.LocLenErr, Opcode: rdma.WCRecv})
