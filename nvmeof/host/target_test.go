@@ -208,7 +208,9 @@ func TestTargetKeepAliveExpiry(t *testing.T) {
 	forEachTransport(t, true, func(t *testing.T, url string) {
 		rt := newTarget(t, url, 1<<20, 512, nil)
 		inj := fault.For(rt.addr)
-		c := dialTarget(t, rt, WithQueues(1), WithKeepAlive(500*time.Millisecond),
+		// KATO 1 s: the target ends a silent association within 2 s, the
+		// host would give up on it after 3 s.
+		c := dialTarget(t, rt, WithQueues(1), WithKeepAlive(time.Second),
 			WithConnectTimeout(300*time.Millisecond), WithReconnectDelay(20*time.Millisecond, 100*time.Millisecond))
 		require.Equal(t, 1, rt.sub.Controllers())
 		waitFor(t, 10*time.Second, "a keep-alive", func() bool { return c.Stats().KeepAlives > 0 })

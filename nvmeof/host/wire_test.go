@@ -83,7 +83,12 @@ func TestWireConnectAndEnable(t *testing.T) {
 	assert.Equal(t, nvmeof.RDMACMRequest{QID: 1, HRQSize: 17, HSQSize: 16, CNTLID: info.CNTLID}, cm[1])
 	assert.Equal(t, nvmeof.RDMACMRequest{QID: 2, HRQSize: 17, HSQSize: 16, CNTLID: info.CNTLID}, cm[2])
 
-	admin := capsulesOf(r.records(), 0)
+	var admin []capsuleRecord
+	for _, rec := range capsulesOf(r.records(), 0) {
+		if rec.capsule[0] != byte(nvmeof.AdminKeepAlive) { // a slow run may send one meanwhile
+			admin = append(admin, rec)
+		}
+	}
 	require.GreaterOrEqual(t, len(admin), 7, "capsules on the admin queue")
 
 	// The admin Connect: Fabrics opcode, PSDT 01b as Linux sets it, the
