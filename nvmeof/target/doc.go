@@ -132,6 +132,18 @@
 //	                              too large; DW0 has IATTR and IPO
 //	Connect Invalid Host (84h)    a host not on the subsystem's allow-list
 //
+// # Device errors
+//
+// A command whose namespace device fails it gets the status the error
+// carries, if it wraps an nvmeof.Status (errors.As: the device knows best;
+// the erasure-coded volumes of internal/ecvolume answer Unrecovered Read
+// Error or Write Fault when too many devices are lost, and Capacity
+// Exceeded when a device is full); otherwise ENOSPC is Capacity Exceeded,
+// blockdev.ErrOutOfRange LBA Out of Range, blockdev.ErrClosed Namespace
+// Not Ready, and anything else Unrecovered Read Error on a read or Write
+// Fault on a write, Write Zeroes, deallocate or Flush (devstatus.go).
+// The error is logged; the connection stays.
+//
 // # Concurrency
 //
 // Every exported method is safe for concurrent use. Each queue has its

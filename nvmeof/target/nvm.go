@@ -59,7 +59,7 @@ func executeRead(r *request) nvmeof.Status {
 	off := int64(r.cmd.SLBA() << ns.blockShift)
 	if _, err := ns.dev.ReadAt(r.data[:r.dataLen], off); err != nil {
 		r.q.t.logDeviceError(r, err)
-		return nvmeof.StatusUnrecoveredReadError
+		return deviceStatus(err, true)
 	}
 	ns.readCommands.Add(1)
 	ns.bytesRead.Add(uint64(r.dataLen))
@@ -78,7 +78,7 @@ func executeWrite(r *request) nvmeof.Status {
 	}
 	if err != nil {
 		r.q.t.logDeviceError(r, err)
-		return nvmeof.StatusWriteFault
+		return deviceStatus(err, false)
 	}
 	ns.writeCommands.Add(1)
 	ns.bytesWritten.Add(uint64(r.dataLen))
@@ -102,7 +102,7 @@ func executeFlush(r *request) nvmeof.Status {
 	}
 	if err != nil {
 		r.q.t.logDeviceError(r, err)
-		return nvmeof.StatusWriteFault
+		return deviceStatus(err, false)
 	}
 	return nvmeof.StatusSuccess
 }
@@ -122,7 +122,7 @@ func executeWriteZeroes(r *request) nvmeof.Status {
 	}
 	if err != nil {
 		r.q.t.logDeviceError(r, err)
-		return nvmeof.StatusWriteFault
+		return deviceStatus(err, false)
 	}
 	ns.writeCommands.Add(1)
 	return nvmeof.StatusSuccess
@@ -163,7 +163,7 @@ func executeDatasetManagement(r *request) nvmeof.Status {
 		}
 		if err := blockdev.Deallocate(ns.dev, slba<<ns.blockShift, n<<ns.blockShift); err != nil {
 			r.q.t.logDeviceError(r, err)
-			return nvmeof.StatusWriteFault
+			return deviceStatus(err, false)
 		}
 	}
 	return nvmeof.StatusSuccess
