@@ -322,7 +322,9 @@ func TestClosedStore(t *testing.T) {
 }
 
 func TestStatusOf(t *testing.T) {
-	wrapped := func(e error) error { return &chunkstore.StripeError{Owner: 1, Index: 2, Err: fmt.Errorf("shard 3: %w", e)} }
+	wrapped := func(e error) error {
+		return &chunkstore.StripeError{Owner: 1, Index: 2, Err: fmt.Errorf("shard 3: %w", e)}
+	}
 	for _, tc := range []struct {
 		err          error
 		read, write  nvmeof.Status
