@@ -1,7 +1,9 @@
 // Command target is the capsule daemon and its tools.
 //
 // Plain `target` runs `serve` with its embedded defaults: NVMe-oF on
-// iwarp://127.0.0.1:4420 and shm://capsule, one 1 GiB memory namespace.
+// iwarp://127.0.0.1:4420 and shm://capsule, one 1 GiB erasure-coded
+// namespace (volume vol0 of a 4+2 store on ./data/dev0 … ./data/dev5,
+// created on first start).
 package main
 
 import (

@@ -30,8 +30,10 @@ func scrubCommand() *cli.Command {
 			"place from the others; the repairs are on disk when scrub returns.\n" +
 			"\n" +
 			"The store is on DATA/dev0 … DATA/dev{K+M-1} (K+M from --ec, 4+2 by default),\n" +
-			"or on the directories --device names, every one of them, in order. Stop\n" +
-			"`target serve` first: a store is opened by one process at a time.\n" +
+			"or on the directories --device names, every one of them, in order. A store is\n" +
+			"opened by one process at a time: while `target serve` runs, it scrubs the store\n" +
+			"itself (--scrub-rate; SIGUSR1 starts a full pass, the results are in its log),\n" +
+			"and this command says so and exits 1. Stop serve first to scrub from here.\n" +
 			"A missing device does not stop the scrub (up to M may be missing); its shards\n" +
 			"are counted as degraded. Replace it and run `target repair`.\n" +
 			"\n" +
@@ -141,7 +143,10 @@ func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
 	var hint string
 	switch {
 	case errors.Is(err, chunkstore.ErrDeviceBusy):
-		hint = "another process has the store open: stop `target serve` (it scrubs in the background itself) and try again"
+		hint = "another process has the store open, most likely a running `target serve`. It scrubs the store\n" +
+			"itself: in the background at its --scrub-rate, repairing what it finds and logging each pass;\n" +
+			"`kill -USR1 PID` makes it start a full pass now. To scrub from here instead, stop `target serve`\n" +
+			"(SIGTERM syncs and closes the store) and run this again."
 	case errors.Is(err, chunkstore.ErrNoStore):
 		hint = "no store in " + strings.Join(dirs, ", ") + "; is --data (or --device) right?"
 	case errors.Is(err, chunkstore.ErrGeometryMismatch), errors.Is(err, chunkstore.ErrInvalidArgument):

@@ -5,16 +5,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
+
+	"github.com/capsule-storage/capsule/chunkstore"
 )
 
 func TestParseNamespaceSpec(t *testing.T) {
@@ -26,12 +31,15 @@ func TestParseNamespaceSpec(t *testing.T) {
 		"file:/dev/nvme0n1":         {Kind: "file", Path: "/dev/nvme0n1"},
 		"file:/srv/a:b/disk.img":    {Kind: "file", Path: "/srv/a:b/disk.img"},
 		"file:/srv/a:b/disk.img:4k": {Kind: "file", Path: "/srv/a:b/disk.img", Size: 4096},
+		"ec:vol0:1GiB":              {Kind: "ec", Name: "vol0", Size: 1 << 30},
+		"ec:db:logs:64MiB":          {Kind: "ec", Name: "db:logs", Size: 64 << 20},
 	} {
 		got, err := parseNamespaceSpec(in)
 		require.NoError(t, err, in)
 		assert.Equal(t, want, got, in)
 	}
-	for _, bad := range []string{"", "mem", "mem:", "mem:0", "mem:lots", "file:", "nvme:1GiB", "file:x:0", "1GiB"} {
+	for _, bad := range []string{"", "mem", "mem:", "mem:0", "mem:lots", "file:", "nvme:1GiB", "file:x:0", "1GiB",
+		"ec:", "ec:vol0", "ec::1GiB", "ec:vol0:0", "ec:vol0:lots", "ec:vol0:2048TiB"} {
 		_, err := parseNamespaceSpec(bad)
 		assert.Error(t, err, bad)
 	}
@@ -75,7 +83,12 @@ func TestServeFlags(t *testing.T) {
 	want.AllowAnyHost = true // both default listeners are local
 	assert.Equal(t, want, cfg)
 	assert.Equal(t, []string{"iwarp://127.0.0.1:4420", "shm://capsule"}, cfg.Listeners)
-	assert.Equal(t, []namespaceSpec{{Kind: "mem", Size: 1 << 30}}, cfg.Namespaces)
+	assert.Equal(t, []namespaceSpec{{Kind: "ec", Name: "vol0", Size: 1 << 30}}, cfg.Namespaces)
+	assert.Equal(t, chunkstore.Geometry{Data: 4, Parity: 2}, cfg.Geometry)
+	assert.Empty(t, cfg.Devices)
+	assert.Equal(t, chunkstore.DeviceDirs("./data", cfg.Geometry), cfg.storeDirs())
+	assert.Equal(t, int64(16<<20), cfg.ScrubRate)
+	assert.Equal(t, 24*time.Hour, cfg.ScrubInterval)
 	assert.Equal(t, "nqn.2026-11.io.capsule:default", cfg.NQN)
 	assert.Equal(t, "./data", cfg.DataDir)
 	assert.Equal(t, 512, cfg.BlockSize)
@@ -83,16 +96,28 @@ func TestServeFlags(t *testing.T) {
 	cfg, err = parseServe(t, "--listen", "iwarp://0.0.0.0:4420", "--listen", "shm://other",
 		"--namespace", "mem:512MiB", "--namespace", "file:disk.img:1GiB", "--data", "/srv/capsule",
 		"--nqn", "nqn.2026-11.io.capsule:box", "--allow-host", "nqn.2014-08.org.nvmexpress:uuid:1",
-		"--allow-host", "nqn.2014-08.org.nvmexpress:uuid:2", "--block-size", "4096")
+		"--allow-host", "nqn.2014-08.org.nvmexpress:uuid:2", "--block-size", "4096", "--namespace", "ec:vol1:2GiB",
+		"--ec", "2+1", "--device", "/d0", "--device", "/d1", "--device", "/d2",
+		"--scrub-rate", "100MiB/s", "--scrub-interval", "1h")
 	require.NoError(t, err)
 	assert.Equal(t, serveConfig{
-		Listeners:  []string{"iwarp://0.0.0.0:4420", "shm://other"},
-		DataDir:    "/srv/capsule",
-		Namespaces: []namespaceSpec{{Kind: "mem", Size: 512 << 20}, {Kind: "file", Path: "disk.img", Size: 1 << 30}},
-		NQN:        "nqn.2026-11.io.capsule:box",
-		AllowHosts: []string{"nqn.2014-08.org.nvmexpress:uuid:1", "nqn.2014-08.org.nvmexpress:uuid:2"},
-		BlockSize:  4096,
+		Listeners: []string{"iwarp://0.0.0.0:4420", "shm://other"},
+		DataDir:   "/srv/capsule",
+		Namespaces: []namespaceSpec{{Kind: "mem", Size: 512 << 20}, {Kind: "file", Path: "disk.img", Size: 1 << 30},
+			{Kind: "ec", Name: "vol1", Size: 2 << 30}},
+		NQN:           "nqn.2026-11.io.capsule:box",
+		AllowHosts:    []string{"nqn.2014-08.org.nvmexpress:uuid:1", "nqn.2014-08.org.nvmexpress:uuid:2"},
+		BlockSize:     4096,
+		Geometry:      chunkstore.Geometry{Data: 2, Parity: 1},
+		Devices:       []string{"/d0", "/d1", "/d2"},
+		ScrubRate:     100 << 20,
+		ScrubInterval: time.Hour,
 	}, cfg, "an allow-list, so not any host")
+	assert.Equal(t, []string{"/d0", "/d1", "/d2"}, cfg.storeDirs())
+
+	cfg, err = parseServe(t, "--scrub-rate", "0")
+	require.NoError(t, err)
+	assert.Zero(t, cfg.ScrubRate, "0 turns the scrubber off")
 
 	cfg, err = parseServe(t, "--listen", "iwarp://0.0.0.0:4420", "--allow-any-host")
 	require.NoError(t, err)
@@ -115,6 +140,13 @@ func TestServeFlagValidation(t *testing.T) {
 		{[]string{"--nqn", "nqn.2014-08.org.nvmexpress.discovery"}, "--nqn"},
 		{[]string{"--allow-host", strings.Repeat("x", 300)}, "--allow-host"},
 		{[]string{"stray"}, "no arguments"},
+		{[]string{"--namespace", "ec:v:1GiB", "--namespace", "ec:v:1GiB"}, `volume "v" is named twice`},
+		{[]string{"--ec", "4-2"}, "--ec"},
+		{[]string{"--ec", "0+2"}, "--ec"},
+		{[]string{"--device", "/a", "--device", "/b"}, "--ec 4+2 needs 6 --device directories, 2 given"},
+		{[]string{"--namespace", "mem:1MiB", "--device", "/a"}, "no --namespace is ec:NAME:SIZE"},
+		{[]string{"--scrub-rate", "fast"}, "--scrub-rate"},
+		{[]string{"--scrub-interval", "0s"}, "--scrub-interval"},
 	} {
 		_, err := parseServe(t, tc.args...)
 		require.Error(t, err, "%v", tc.args)
@@ -194,4 +226,150 @@ func TestServeRefusesBadNamespace(t *testing.T) {
 	cfg.Namespaces = []namespaceSpec{{Kind: "file", Path: filepath.Join(t.TempDir(), "missing.img")}}
 	err := serve(context.Background(), io.Discard, cfg)
 	require.Error(t, err, "a missing file with no size cannot be created")
+}
+
+// startServe runs serve in the test process until the returned stop is
+// called, and returns its ready line.
+func startServe(t *testing.T, cfg serveConfig) (ready string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, out, cfg) }()
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			return true
+		default:
+			return strings.Contains(out.String(), "\n")
+		}
+	}, 30*time.Second, time.Millisecond)
+	stopped := false
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("serve did not return after its context ended")
+			return nil
+		}
+	}
+	t.Cleanup(func() { stop() })
+	return strings.TrimSpace(out.String()), stop
+}
+
+// TestServeErasureCoded runs serve with an ec namespace: the first start
+// creates the store and the volume, a second opens them, and a size or
+// geometry other than the store's is refused with a message saying what
+// to do. While serve runs, `target scrub` on the same data is refused
+// with the daemon's alternatives.
+func TestServeErasureCoded(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	cfg := defaultServeConfig()
+	cfg.Listeners = []string{fmt.Sprintf("shm://serve-ec-%d", os.Getpid())}
+	cfg.DataDir = data
+	cfg.Namespaces = []namespaceSpec{{Kind: "ec", Name: "vol0", Size: 8 << 20}, {Kind: "mem", Size: 1 << 20}}
+	cfg.AllowAnyHost = true
+
+	for start := range 2 {
+		ready, stop := startServe(t, cfg)
+		require.True(t, strings.HasPrefix(ready, "capsule target ready "), "start %d: %s", start, ready)
+		if start == 1 {
+			res := run("scrub", "--data", data)
+			require.Error(t, res.err)
+			assert.ErrorIs(t, res.err, chunkstore.ErrDeviceBusy)
+			assert.Contains(t, res.err.Error(), "running `target serve`")
+			assert.Contains(t, res.err.Error(), "kill -USR1")
+		}
+		require.NoError(t, stop(), "start %d", start)
+	}
+
+	s, err := chunkstore.OpenDirs(chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry))
+	require.NoError(t, err, "SIGTERM closed the store: it opens here")
+	vols := s.Volumes()
+	require.Len(t, vols, 1)
+	assert.Equal(t, "vol0", vols[0].Name)
+	assert.Equal(t, int64(8<<20), vols[0].Size)
+	require.NoError(t, s.Close())
+
+	bigger := cfg
+	bigger.Namespaces = []namespaceSpec{{Kind: "ec", Name: "vol0", Size: 16 << 20}}
+	err = serve(context.Background(), io.Discard, bigger)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `volume "vol0" is 8388608 bytes, not 16777216`)
+
+	other := cfg
+	other.Geometry = chunkstore.Geometry{Data: 2, Parity: 1}
+	err = serve(context.Background(), io.Discard, other)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--ec must be the geometry the store was created with")
+}
+
+// TestBackgroundScrub runs serve's scrubber on a store with two damaged
+// shards: one a read meets (a data shard: the read is rebuilt and the
+// stripe queued), which the repair loop fixes, and one no read touches (a
+// parity shard), which the full pass SIGUSR1 starts finds and fixes.
+func TestBackgroundScrub(t *testing.T) {
+	data := t.TempDir()
+	td := makeStore(t, data, 21)
+	dirs := chunkstore.DeviceDirs(data, testGeo)
+	r := rand.New(rand.NewPCG(21, 1))
+	// Shard i of slot p is on device (p+i) mod (K+M); the volume's stripe
+	// p is in slot p, and shards 0 … K-1 hold data.
+	flipShardBytes(t, r, dirs[5], 5) // slot 5, shard 0: data
+	flipShardBytes(t, r, dirs[1], 9) // slot 9, shard 4: parity
+
+	s, err := chunkstore.OpenDirs(dirs)
+	require.NoError(t, err)
+	v, err := s.OpenVolume("vol")
+	require.NoError(t, err)
+	got := make([]byte, testVolSize)
+	_, err = v.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(td.vol, got), "reads are rebuilt around the damage")
+	require.Equal(t, 1, s.Stats().RepairQueue)
+
+	logs := &syncBuffer{}
+	trigger := make(chan os.Signal, 1)
+	b := &backgroundScrub{store: s, rate: 1 << 30, first: time.Hour, interval: time.Hour, poll: time.Millisecond,
+		trigger: trigger, log: slog.New(slog.NewTextHandler(logs, nil))}
+	stop := b.start(context.Background())
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "found damaged done: damaged shards repaired") },
+		30*time.Second, time.Millisecond, "the repair loop drains the queue")
+	assert.Zero(t, s.Stats().RepairQueue)
+	assert.Contains(t, logs.String(), `damaged: volume \"vol\" stripe 5, bad shards on devices [5]`)
+
+	trigger <- syscall.SIGUSR1
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "scrub pass done") },
+		30*time.Second, time.Millisecond, "SIGUSR1 starts a full pass")
+	stop()
+	assert.Contains(t, logs.String(), `damaged: volume \"vol\" stripe 9, bad shards on devices [1]`)
+	assert.EqualValues(t, 2, s.Stats().ShardsRepaired)
+	require.NoError(t, s.Close())
+
+	res := run("scrub", "--data", data)
+	require.NoError(t, res.err, res.stderr)
+	sum := res.summary(t, "scrub:")
+	assert.Zero(t, sum["damaged"], "the scrubber left nothing to repair")
+	assert.EqualValues(t, testStripes, sum["checked"])
+}
+
+// TestBackgroundScrubOff: with a zero rate nothing runs, and SIGUSR1 gets
+// a warning in the log.
+func TestBackgroundScrubOff(t *testing.T) {
+	logs := &syncBuffer{}
+	trigger := make(chan os.Signal, 1)
+	b := &backgroundScrub{trigger: trigger, log: slog.New(slog.NewTextHandler(logs, nil))}
+	stop := b.start(context.Background())
+	trigger <- syscall.SIGUSR1
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "the background scrubber is off") },
+		30*time.Second, time.Millisecond)
+	stop()
+	assert.Contains(t, logs.String(), "background scrubber off (--scrub-rate 0)")
 }
