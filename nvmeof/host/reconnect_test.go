@@ -178,6 +178,24 @@ func TestControllerLossTimeout(t *testing.T) {
 	})
 }
 
+// TestMaxRetries: with no retries allowed, requests in flight at a cut
+// fail, and the controller comes back for the rest.
+func TestMaxRetries(t *testing.T) {
+	r := newResponder(t, listenURLs(true)[0], 4<<20, 4096)
+	inj := fault.For(r.url)
+	c := dialResponder(t, r, WithMaxRetries(0), WithReconnectDelay(10*time.Millisecond, 50*time.Millisecond))
+	ns, err := c.Namespace(1)
+	require.NoError(t, err)
+	errs := writeRound(t, ns, 4<<20, 4096, 32, 1, false, cutAt(inj, 50))
+	require.NotEmpty(t, errs)
+	for _, err := range errs {
+		require.ErrorIs(t, err, ErrControllerLost)
+		require.ErrorContains(t, err, "in flight during 1 losses")
+	}
+	assert.Less(t, len(errs), 1024, "requests not in flight at the cut waited for the reconnect")
+	assert.Equal(t, StateLive, c.State())
+}
+
 func TestReconnectOffFailsAtOnce(t *testing.T) {
 	r := newResponder(t, listenURLs(true)[0], 4<<20, 4096)
 	inj := fault.For(r.url)

@@ -144,8 +144,11 @@ func TestTargetReconnectAfterCut(t *testing.T) {
 	forEachTransport(t, true, func(t *testing.T, url string) {
 		rt := newTarget(t, url, 16<<20, 4096, nil)
 		inj := fault.For(rt.addr)
+		// Cuts come every 40 ms, and a large request may be in flight
+		// across several of them in a slow (-race) run: it must survive
+		// them all here (TestMaxRetries checks the limit).
 		c := dialTarget(t, rt, WithQueues(queuesFor(url, 4)), WithQueueDepth(64),
-			WithReconnectDelay(5*time.Millisecond, 50*time.Millisecond))
+			WithReconnectDelay(5*time.Millisecond, 50*time.Millisecond), WithMaxRetries(1000))
 		ns, err := c.Namespace(1)
 		require.NoError(t, err)
 		stop := make(chan struct{})
