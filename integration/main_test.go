@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,10 +42,30 @@ func TestMain(m *testing.M) {
 
 // daemon is a bin/target process a test started; the test stops it by pid.
 type daemon struct {
-	cmd    *exec.Cmd
-	ready  string // the ready line
-	stderr *strings.Builder
-	done   chan error
+	cmd     *exec.Cmd
+	ready   string // the ready line
+	stderr  *lockedBuffer
+	exited  chan struct{} // closed when the process has been waited for
+	waitErr error         // what Wait returned; read after exited is closed
+	stopped sync.Once
+}
+
+// lockedBuffer collects a process's stderr while tests read it.
+type lockedBuffer struct {
+	mu sync.Mutex // guards b
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startDaemon runs bin/target with args and waits for a stdout line that
@@ -54,7 +75,7 @@ func startDaemon(t *testing.T, readyPrefix string, args ...string) *daemon {
 	cmd := exec.Command(filepath.Join(binDir, "target"), args...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	d := &daemon{cmd: cmd, stderr: &strings.Builder{}, done: make(chan error, 1)}
+	d := &daemon{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = d.stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { d.stop(t) })
@@ -68,7 +89,10 @@ func startDaemon(t *testing.T, readyPrefix string, args ...string) *daemon {
 		close(lines)
 		io.Copy(io.Discard, stdout)
 	}()
-	go func() { d.done <- cmd.Wait() }()
+	go func() {
+		d.waitErr = cmd.Wait()
+		close(d.exited)
+	}()
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
@@ -88,19 +112,26 @@ func startDaemon(t *testing.T, readyPrefix string, args ...string) *daemon {
 	}
 }
 
-// stop sends SIGTERM to the daemon's pid and requires a clean exit.
+// stop sends SIGTERM to the daemon's pid and requires a clean exit. It
+// acts once; later calls (the Cleanup after an explicit stop) do nothing.
 func (d *daemon) stop(t *testing.T) {
-	if d.cmd.ProcessState != nil {
-		return
-	}
-	require.NoError(t, syscall.Kill(d.cmd.Process.Pid, syscall.SIGTERM))
-	select {
-	case err := <-d.done:
-		require.NoError(t, err, "target did not exit cleanly on SIGTERM; stderr:\n%s", d.stderr)
-	case <-time.After(30 * time.Second):
-		syscall.Kill(d.cmd.Process.Pid, syscall.SIGKILL)
-		t.Fatalf("target ignored SIGTERM for 30s; stderr:\n%s", d.stderr)
-	}
+	d.stopped.Do(func() {
+		select {
+		case <-d.exited:
+			require.NoError(t, d.waitErr, "target exited by itself; stderr:\n%s", d.stderr)
+			return
+		default:
+		}
+		require.NoError(t, syscall.Kill(d.cmd.Process.Pid, syscall.SIGTERM))
+		select {
+		case <-d.exited:
+			require.NoError(t, d.waitErr, "target did not exit cleanly on SIGTERM; stderr:\n%s", d.stderr)
+		case <-time.After(30 * time.Second):
+			syscall.Kill(d.cmd.Process.Pid, syscall.SIGKILL)
+			<-d.exited
+			t.Fatalf("target ignored SIGTERM for 30s; stderr:\n%s", d.stderr)
+		}
+	})
 }
 
 // field returns the value of key=value in line.
