@@ -104,7 +104,7 @@ func TestErasureCodedNamespace(t *testing.T) {
 	}
 	verify("shards corrupted")
 	require.NoError(t, c.Close())
-	terminate(t, d)
+	d.stop(t)
 
 	// Scrub with the device still gone: every stripe lacks its shard there
 	// (that is for repair), and the corrupted ones are listed and repaired.
@@ -146,7 +146,7 @@ func TestErasureCodedNamespace(t *testing.T) {
 	require.NoError(t, err)
 	verify("after restart")
 	require.NoError(t, c.Close())
-	terminate(t, d)
+	d.stop(t)
 }
 
 // flipECShardBytes flips one to three random bytes of the shard in slot
@@ -171,11 +171,4 @@ func flipECShardBytes(t *testing.T, r *rand.Rand, dir string, slot int) {
 		_, err = f.WriteAt(b, off)
 		require.NoError(t, err)
 	}
-}
-
-// terminate sends SIGTERM to the daemon and requires a clean exit
-// (daemon.stop, which no longer races with the goroutine in Wait).
-func terminate(t *testing.T, d *daemon) {
-	t.Helper()
-	d.stop(t)
 }
