@@ -73,6 +73,7 @@ func (l *lockedBuffer) String() string {
 func startDaemon(t *testing.T, readyPrefix string, args ...string) *daemon {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "target"), args...)
+	cmd.Dir = t.TempDir() // relative defaults such as ./data land here, not in the source tree
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	d := &daemon{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
