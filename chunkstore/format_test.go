@@ -2,29 +2,17 @@ package chunkstore
 
 import (
 	"bytes"
-	"encoding/hex"
-	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/hextest"
 )
 
-// unhex decodes hex with spaces, newlines and // comments.
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	var clean strings.Builder
-	for _, line := range strings.Split(s, "\n") {
-		if i := strings.Index(line, "//"); i >= 0 {
-			line = line[:i]
-		}
-		clean.WriteString(strings.ReplaceAll(strings.TrimSpace(line), " ", ""))
-	}
-	b, err := hex.DecodeString(clean.String())
-	require.NoError(t, err)
-	return b
-}
+// unhex decodes field-annotated hex.
+var unhex = hextest.Decode
 
 func TestShardHeaderLayout(t *testing.T) {
 	h := shardHeader{

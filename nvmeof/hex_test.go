@@ -1,33 +1,18 @@
 package nvmeof
 
 import (
-	"encoding/hex"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/hextest"
 )
 
 // annotated decodes hex written field by field: whitespace separates
 // bytes or groups of bytes, and '#' starts a comment that runs to the end
 // of the line. It panics on bad hex, so it serves fuzz seeds as well as
 // tests.
-func annotated(s string) []byte {
-	var out []byte
-	for line := range strings.SplitSeq(s, "\n") {
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		for _, f := range strings.Fields(line) {
-			v, err := hex.DecodeString(f)
-			if err != nil {
-				panic("bad hex " + f + ": " + err.Error())
-			}
-			out = append(out, v...)
-		}
-	}
-	return out
-}
+func annotated(s string) []byte { return hextest.MustDecode(s) }
 
 // place writes annotated hex into b at off, for structures too large to
 // spell out byte by byte: the test places each field it checks at the

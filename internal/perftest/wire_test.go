@@ -1,24 +1,16 @@
 package perftest
 
 import (
-	"encoding/hex"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/hextest"
 )
 
-func unhex(t testing.TB, s string) []byte {
-	var b strings.Builder
-	for _, line := range strings.Split(s, "\n") {
-		line, _, _ = strings.Cut(line, "//")
-		b.WriteString(strings.Join(strings.Fields(line), ""))
-	}
-	out, err := hex.DecodeString(b.String())
-	require.NoError(t, err)
-	return out
-}
+// unhex decodes field-annotated hex.
+var unhex = hextest.Decode
 
 func TestHelloWire(t *testing.T) {
 	want := unhex(t, `

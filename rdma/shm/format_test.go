@@ -2,31 +2,18 @@ package shm
 
 import (
 	"bytes"
-	"encoding/hex"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/capsule-storage/capsule/internal/hextest"
 	"github.com/capsule-storage/capsule/rdma"
 )
 
-// unhex decodes hex with spaces, newlines and // comments.
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	var clean strings.Builder
-	for _, line := range strings.Split(s, "\n") {
-		if i := strings.Index(line, "//"); i >= 0 {
-			line = line[:i]
-		}
-		clean.WriteString(strings.Join(strings.Fields(line), ""))
-	}
-	b, err := hex.DecodeString(clean.String())
-	require.NoError(t, err)
-	return b
-}
+// unhex decodes field-annotated hex.
+var unhex = hextest.Decode
 
 func TestEntryHex(t *testing.T) {
 	cases := []struct {

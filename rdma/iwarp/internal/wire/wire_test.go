@@ -1,30 +1,19 @@
 package wire
 
 import (
-	"encoding/hex"
 	"hash/crc32"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/hextest"
 )
 
 // unhex turns an annotated hex dump into bytes: everything after "//" on a
 // line is a comment, whitespace is ignored.
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	var b strings.Builder
-	for _, line := range strings.Split(s, "\n") {
-		if i := strings.Index(line, "//"); i >= 0 {
-			line = line[:i]
-		}
-		b.WriteString(strings.Join(strings.Fields(line), ""))
-	}
-	out, err := hex.DecodeString(b.String())
-	require.NoError(t, err)
-	return out
-}
+// unhex decodes field-annotated hex.
+var unhex = hextest.Decode
 
 func TestMPARequestHex(t *testing.T) {
 	// RFC 5044 section 7.1: MPA Request with CRC wanted, no markers, Rev 1,
