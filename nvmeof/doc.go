@@ -153,4 +153,38 @@
 //	  Discovery TSAS for RDMA (QPTYPE, PRTYPE, CMS)    discovery.go
 //	NVMe TCP Transport 1.0
 //	  Transport SGL Data Block (5Ah); TSAS SECTYPE     sgl.go, discovery.go
+//
+// The behaviour the specifications ask of each side lives in the
+// subpackages (paths relative to nvmeof/):
+//
+//	Specification and section                          File
+//	------------------------------------------------   -------------
+//	Controller side (package target)
+//	  Fabrics Connect, queue sizes, CNTLID allocation,  target/fabrics.go
+//	        Property Get/Set, Disconnect
+//	  Controller properties: CC.EN and shutdown         target/controller.go
+//	        handshakes, Keep Alive Timer expiry
+//	  Admin commands: Identify, Get Log Page, Features, target/admin.go
+//	        Async Event Request, Abort, Keep Alive
+//	  NVM commands: Read, Write (FUA), Flush, Write     target/nvm.go
+//	        Zeroes, Dataset Management deallocate
+//	  Command dispatch, the "I/O before CC.EN" rule    target/dispatch.go
+//	  SQ flow control (SQHD, at most SQSIZE commands)   target/queue.go
+//	  Subsystems, namespaces (NGUID, UUID), host        target/subsystem.go,
+//	        allow-lists                                  target/namespace.go
+//	  Discovery controller and log page entries         target/discovery.go
+//	  Media and data-integrity statuses from devices    target/devstatus.go
+//	  RDMA binding: RDMA_CM private data and rejects    target/rdma_listener.go
+//	  RDMA binding: capsules by Send, data by RDMA      target/rdma_queue.go
+//	        Read/Write, Send with Invalidate
+//	Host side (package host)
+//	  Controller initialisation (Connect, CAP, CC.EN,   host/controller.go
+//	        CSTS.RDY, Identify checks, Number of
+//	        Queues), Keep Alive, reconnect
+//	  Discovery                                         host/discover.go
+//	  Admin commands                                    host/admin.go
+//	  I/O queues, RDMA binding (CM private data,        host/queue.go
+//	        keyed and in-capsule SGLs)
+//	  NVM commands, MDTS splitting                      host/namespace.go,
+//	                                                     host/request.go
 package nvmeof
