@@ -7,7 +7,7 @@ GOFILES  = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*
 # with its C libraries; tshark checks the iWARP wire (make wirecheck).
 TEST_DEBS := libibverbs-dev librdmacm-dev pkg-config
 
-.PHONY: all build run test deps vet fmtcheck unit bench wirecheck clean
+.PHONY: all build run test deps vet fmtcheck unit allocs bench wirecheck clean
 
 all: build
 
@@ -33,7 +33,12 @@ fmtcheck:
 unit:
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-test: deps vet fmtcheck unit build
+# The zero-allocation checks (R8) skip under the race detector, which
+# allocates on its own: run them once more without it.
+allocs:
+	$(GO) test -count=1 -run 'Alloc' ./rdma/... ./nvmeof/...
+
+test: deps vet fmtcheck unit allocs build
 
 bench: build
 	./scripts/bench.sh
