@@ -116,6 +116,20 @@
 // These regimes are also why single runs swing: at load 4 the CPU per MiB
 // of BenchmarkTransfer's 1 MiB Write ranged from 447 to 729 µs.
 //
+// The slow runs of a quiet machine are CPU availability, not state of
+// the connection: iwarp needs about 1.5 cores for a 1 MiB stream and the
+// TCP baseline less than one, so when the process gets about one core
+// (reproduced with one `yes >/dev/null` beside the benchmark) throughput
+// becomes available CPU divided by CPU per MiB and only iwarp loses:
+// Write 2.95–3.12 → 1.96–2.06 GB/s, Read 2.96–3.03 → 1.91–1.95 GB/s,
+// TCP 3.27–3.67 → 2.92–3.48 GB/s, with unchanged CPU per MiB. Some 80
+// fresh connections on the quiet machine showed no slow run. The lever on
+// the provider's side is CPU per MiB, Read's above all (about 50 µs per
+// MiB more than Write's). Loopback here runs BBR, which paces and
+// reorders on lo (30–45 retransmits per second of stream); cubic would
+// make both TCP and iwarp about 25 % cheaper and leave their ratio at
+// about 0.8, so neither side overrides the host's choice.
+//
 // Not done: reading several FPDUs per readv by guessing where the next
 // segment goes. A Write does not say its length, so a wrong guess (a Read
 // Response or Send between two segments, which this provider's own
