@@ -1,6 +1,12 @@
-// Command mount mounts capsule's file service with FUSE, or exports a block
-// namespace over NBD. Neither service exists yet: the command says so and
-// exits with status 2, so scripts fail loudly rather than mount nothing.
+// Command mount is capsule's host-side edge. It has two modes:
+//
+//	mount --target URL [--nqn NQN] MOUNTPOINT
+//	    mounts the target's file service with FUSE (fuse.go);
+//	mount --target URL --nbd HOST:PORT [--nsid N] [--export NAME]
+//	    exports a block namespace of the target over NBD, so fio, qemu,
+//	    nbdcopy and nbdinfo drive capsule's NVMe-oF path (nbd.go).
+//
+// Both run in the foreground until SIGINT or SIGTERM.
 package main
 
 import (
@@ -9,19 +15,45 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
+
+// defaultNQN is the subsystem bin/target serves when given no --nqn.
+const defaultNQN = "nqn.2026-11.io.capsule:default"
 
 func newApp() *cli.App {
 	return &cli.App{
 		Name:      "mount",
 		Usage:     "mount capsule's file service (FUSE) or export a block namespace (NBD)",
-		ArgsUsage: "TARGET-URL MOUNTPOINT",
-		Description: "Not available yet: the file service (fs/) and the NBD bridge are still to be built.\n" +
-			"See the feature status table in README.md.",
+		ArgsUsage: "MOUNTPOINT (FUSE mode; none with --nbd)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "target", Usage: "target `URL`: iwarp://HOST:PORT, shm://NAME, tcp://HOST:PORT", Required: true},
+			&cli.StringFlag{Name: "nqn", Value: defaultNQN, Usage: "subsystem `NQN` to connect to"},
+			&cli.StringFlag{Name: "hostnqn", Usage: "host `NQN` to present (default: derived from the machine)"},
+			&cli.DurationFlag{Name: "reconnect-timeout", Value: 30 * time.Second, Usage: "how long operations wait for a lost target before failing with EIO"},
+
+			// NBD mode.
+			&cli.StringFlag{Name: "nbd", Usage: "export a namespace over NBD on `HOST:PORT` instead of mounting files"},
+			&cli.UintFlag{Name: "nsid", Value: 1, Usage: "namespace `ID` to export (NBD mode)"},
+			&cli.StringFlag{Name: "export", Usage: "NBD export `NAME` (NBD mode; default: the empty name)"},
+
+			// FUSE mode.
+			&cli.DurationFlag{Name: "attr-timeout", Value: time.Second, Usage: "kernel attribute cache timeout (FUSE mode)"},
+			&cli.DurationFlag{Name: "entry-timeout", Value: time.Second, Usage: "kernel entry cache timeout (FUSE mode)"},
+		},
 		Action: func(c *cli.Context) error {
-			return cli.Exit("mount: the file service and NBD bridge are not implemented yet (see README.md)", 2)
+			if c.IsSet("nbd") {
+				if c.NArg() != 0 {
+					return cli.Exit("mount: --nbd takes no MOUNTPOINT", 2)
+				}
+				return runNBD(c)
+			}
+			if c.NArg() != 1 {
+				return cli.Exit("mount: want exactly one MOUNTPOINT (or --nbd HOST:PORT)", 2)
+			}
+			return runFUSE(c)
 		},
 	}
 }
