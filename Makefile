@@ -6,9 +6,10 @@ GOFILES  = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*
 # Debian packages the tests need: the verbs provider is vetted and built
 # with its C libraries; fuse3 gives fusermount3 for the FUSE mount; fio,
 # nbdkit, libnbd-bin (nbdinfo, nbdcopy), python3-libnbd (nbdsh) and qemu-utils are the
-# NBD clients and peers no one here wrote; tshark checks the wire
+# NBD clients and peers no one here wrote; rsync drives the FUSE mount
+# tests; tshark checks the wire
 # (make wirecheck).
-TEST_DEBS := libibverbs-dev librdmacm-dev pkg-config fuse3 fio nbdkit libnbd-bin python3-libnbd qemu-utils
+TEST_DEBS := libibverbs-dev librdmacm-dev pkg-config fuse3 fio nbdkit libnbd-bin python3-libnbd qemu-utils rsync
 
 .PHONY: all build run test deps vet fmtcheck unit allocs bench wirecheck clean
 
