@@ -80,7 +80,8 @@
 // A request larger than one command carries is split at MDTS (and the
 // buffer size); Write Zeroes at the same limit and 65536 blocks; a
 // discard is one Dataset Management range per command of up to 2^32-1
-// blocks. A request's commands run on one I/O queue, chosen round robin.
+// blocks. A request's commands run on one I/O queue, chosen round robin
+// by Submit, or by the caller with SubmitOn (submiton.go).
 //
 // # Requests
 //
