@@ -1,0 +1,154 @@
+// Package nsdevice serves an NVMe-oF namespace, through the host library
+// (nvmeof/host), as an NBD export of package nbd: the bridge of
+// `mount --nbd`.
+//
+// Each NBD connection opens its own Device, which runs its requests on
+// one I/O queue of the controller (Namespace.SubmitOn with the
+// connection's number), so that fio's or nbdcopy's several connections
+// spread over several queues, each with its own completion goroutine.
+// Every op maps to one host.Request, kept per op slot and reused, with
+// one Done callback for all: steady-state I/O allocates nothing here.
+//
+//	NBD_CMD_READ          OpRead (FUA ignored: reads are of what is stored)
+//	NBD_CMD_WRITE         OpWrite, FUA as asked
+//	NBD_CMD_FLUSH         OpFlush
+//	NBD_CMD_WRITE_ZEROES  OpWriteZeroes, FUA as asked
+//	NBD_CMD_TRIM          OpDiscard; with FUA, OpWriteZeroes with FUA, so
+//	                      the blocks are durably in a known state
+//
+// The export's minimum block is the namespace's block size; TRIM and
+// WRITE_ZEROES are offered when the controller's ONCS has Dataset
+// Management and Write Zeroes. CAN_MULTI_CONN is offered: every
+// connection goes to the same controller, whose write cache is the
+// namespace's, so a flush on one connection covers what the others had
+// answered.
+//
+// Errors: a refused request (out of range, unaligned, unsupported) is
+// EINVAL, an NVMe LBA Out of Range or Capacity Exceeded is ENOSPC, and
+// everything else (a media error, the controller lost past the
+// reconnect timeout) is EIO. A request waits while the host reconnects;
+// it is answered when the host resubmits it after the reconnect, or
+// fails when the host gives up.
+package nsdevice
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/capsule-storage/capsule/internal/nbd"
+	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/nvmeof/host"
+)
+
+// Export describes ns as an NBD export named name. slots must be the
+// Server's Slots (the most ops of one connection in flight).
+func Export(ns *host.Namespace, name, description string, slots int) (nbd.Export, error) {
+	info, err := ns.Controller().Info()
+	if err != nil {
+		return nbd.Export{}, err
+	}
+	if slots <= 0 {
+		slots = nbd.DefaultSlots
+	}
+	oncs := info.Identify.ONCS
+	return nbd.Export{
+		Name:        name,
+		Description: description,
+		Size:        ns.Size(),
+		MinBlock:    uint32(ns.BlockSize()),
+		Trim:        oncs&nvmeof.ONCSDatasetManagement != 0,
+		WriteZeroes: oncs&nvmeof.ONCSWriteZeroes != 0,
+		MultiConn:   true,
+		Open: func(conn int) (nbd.Device, error) {
+			return newDevice(ns, conn, slots), nil
+		},
+	}, nil
+}
+
+// device is one connection's view of the namespace.
+type device struct {
+	ns    *host.Namespace
+	queue int
+	zero  bool // the controller has Write Zeroes
+	reqs  []host.Request
+	ops   []*nbd.Op
+}
+
+func newDevice(ns *host.Namespace, queue, slots int) *device {
+	info, _ := ns.Controller().Info()
+	d := &device{
+		ns:    ns,
+		queue: queue,
+		zero:  info.Identify.ONCS&nvmeof.ONCSWriteZeroes != 0,
+		reqs:  make([]host.Request, slots),
+		ops:   make([]*nbd.Op, slots),
+	}
+	done := d.done
+	for i := range d.reqs {
+		d.reqs[i].Tag = uint64(i)
+		d.reqs[i].Done = done
+	}
+	return d
+}
+
+// Submit maps op onto its slot's Request and starts it.
+func (d *device) Submit(op *nbd.Op) {
+	if op.Slot >= len(d.reqs) {
+		op.Complete(fmt.Errorf("%w: op slot %d of %d", nbd.EINVAL, op.Slot, len(d.reqs)))
+		return
+	}
+	r := &d.reqs[op.Slot]
+	d.ops[op.Slot] = op
+	r.Offset, r.Buf, r.Length, r.FUA = op.Offset, nil, 0, false
+	switch op.Cmd {
+	case nbd.CmdRead:
+		r.Op, r.Buf = host.OpRead, op.Buf
+	case nbd.CmdWrite:
+		r.Op, r.Buf, r.FUA = host.OpWrite, op.Buf, op.FUA
+	case nbd.CmdFlush:
+		r.Op, r.Offset = host.OpFlush, 0
+	case nbd.CmdWriteZeroes:
+		r.Op, r.Length, r.FUA = host.OpWriteZeroes, op.Length, op.FUA
+	case nbd.CmdTrim:
+		r.Op, r.Length = host.OpDiscard, op.Length
+		if op.FUA && d.zero {
+			r.Op, r.FUA = host.OpWriteZeroes, true
+		}
+	default:
+		op.Complete(fmt.Errorf("%w: %v", nbd.EINVAL, op.Cmd))
+		return
+	}
+	if err := d.ns.SubmitOn(d.queue, r); err != nil {
+		d.ops[op.Slot] = nil
+		r.Buf = nil
+		op.Complete(errnoError(err))
+	}
+}
+
+// done completes the op of a finished Request.
+func (d *device) done(r *host.Request) {
+	op := d.ops[r.Tag]
+	d.ops[r.Tag] = nil
+	r.Buf = nil
+	if r.Err != nil {
+		op.Complete(errnoError(r.Err))
+		return
+	}
+	op.Complete(nil)
+}
+
+// Close has nothing to release: the controller is the bridge's.
+func (d *device) Close() error { return nil }
+
+// errnoError wraps err with the NBD error value that reports it.
+func errnoError(err error) error {
+	e := nbd.EIO
+	switch {
+	case errors.Is(err, host.ErrOutOfRange), errors.Is(err, host.ErrUnaligned),
+		errors.Is(err, host.ErrInvalidRequest), errors.Is(err, host.ErrNotSupported):
+		e = nbd.EINVAL
+	case errors.Is(err, nvmeof.StatusLBAOutOfRange), errors.Is(err, nvmeof.StatusCapacityExceeded):
+		e = nbd.ENOSPC
+	}
+	return fmt.Errorf("%w: %w", e, err)
+}
