@@ -502,6 +502,7 @@ func (c *Controller) queueFailed(q *queue, cause error, lost []*Request) {
 	}
 	for _, r := range lost {
 		r.queued = false
+		wasInflight := r.inflight
 		if r.inflight {
 			r.inflight = false
 			r.retries++
@@ -512,6 +513,8 @@ func (c *Controller) queueFailed(q *queue, cause error, lost []*Request) {
 			err = c.lossErrorLocked(cause)
 		case r.FailFast:
 			err = lostError(cause)
+		case wasInflight && r.pt != nil && !r.pt.Idempotent:
+			err = lostError(fmt.Errorf("a command that is not idempotent was in flight, and may have run: %w", cause))
 		case r.retries > c.cfg.maxRetries:
 			err = lostError(fmt.Errorf("in flight during %d losses, the last: %w", r.retries, cause))
 		case r.ns != nil && r.ns.changed.Load():

@@ -83,6 +83,20 @@
 // blocks. A request's commands run on one I/O queue, chosen round robin
 // by Submit, or by the caller with SubmitOn (submiton.go).
 //
+// # Vendor-specific commands
+//
+// Controller.Exec sends one vendor-specific I/O command (opcode 80h to
+// FFh) as the caller built it (passthru.go): the file service of package
+// fs travels this way. The opcode's bits 1:0 give the direction, as NVMe
+// defines them. Data to the controller goes in the capsule when it fits,
+// else through a keyed SGL into the slot's area or a large buffer; data to
+// the host comes back through a keyed SGL and is copied out. A
+// bidirectional command (11b) carries its payload as in-capsule data at
+// offset 0, not described by SGL1, and its reply through the keyed SGL.
+// A passthrough command is one command, never split. After a connection
+// loss it is sent again only if it was not yet sent or is marked
+// Idempotent; one in flight that is not fails with ErrControllerLost.
+//
 // # Requests
 //
 // Namespace.ReadAt, WriteAt, Flush, WriteZeroes and Discard block; Submit

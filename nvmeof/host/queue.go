@@ -416,6 +416,9 @@ func (q *queue) complete(s *slot) {
 	if r.raw != nil {
 		r.raw.cqe = s.cqe
 	}
+	if r.pt != nil {
+		q.completePassthru(s)
+	}
 	s.live.Store(0)
 	q.mu.Lock()
 	s.busy = false
@@ -556,7 +559,7 @@ func (q *queue) reserveLocked() *slot {
 		}
 		off, n := q.nextChunk(r)
 		buf := -1
-		if (r.Op == OpRead || r.Op == OpWrite) && n > int64(q.cfg.area) {
+		if (r.Op == OpRead || r.Op == OpWrite) && n > int64(q.cfg.area) || r.Op == opPassthru && q.passthruNeedsBuffer(r) {
 			if len(q.freeBufs) == 0 {
 				return nil
 			}
@@ -688,6 +691,8 @@ func (q *queue) issue(s *slot) {
 		} else {
 			cmd.DPTR = q.keyed(s, nvmeof.DSMRangeSize)
 		}
+	case opPassthru:
+		capLen = q.issuePassthru(s, &cmd)
 	case opRaw:
 		raw := r.raw
 		cmd = raw.sqe

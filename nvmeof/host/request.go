@@ -31,6 +31,8 @@ const (
 
 	// opRaw is an admin or Fabrics command of the host itself.
 	opRaw
+	// opPassthru is a vendor-specific I/O command (passthru.go).
+	opPassthru
 )
 
 func (o Op) String() string {
@@ -47,6 +49,8 @@ func (o Op) String() string {
 		return "discard"
 	case opRaw:
 		return "admin"
+	case opPassthru:
+		return "passthru"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
@@ -117,6 +121,7 @@ type Request struct {
 	state       atomic.Uint32
 	wake        chan struct{}
 	raw         *rawCommand
+	pt          *Passthru
 }
 
 // Request states.
@@ -153,7 +158,7 @@ func (r *Request) Wait() error {
 }
 
 // singleCommand reports whether the request is one command with no range.
-func (r *Request) singleCommand() bool { return r.Op == OpFlush || r.Op == opRaw }
+func (r *Request) singleCommand() bool { return r.Op == OpFlush || r.Op == opRaw || r.Op == opPassthru }
 
 // hasMore reports whether chunks remain to be issued.
 func (r *Request) hasMore() bool { return len(r.retry) > 0 || r.cursor < r.end }

@@ -68,6 +68,10 @@ func init() {
 	ioHandlers[nvmeof.IOWriteZeroes] = &handler{name: "Write Zeroes", prepare: prepareWriteZeroes, execute: executeWriteZeroes, ready: true, device: true}
 	ioHandlers[nvmeof.IODatasetManagement] = &handler{name: "Dataset Management", prepare: prepareDatasetManagement,
 		execute: executeDatasetManagement, ready: true, device: true, longerSGL: true}
+	vendor := &handler{name: "Vendor Specific", prepare: prepareVendor, execute: executeVendor, ready: true, device: true}
+	for op := 0x80; op <= 0xff; op++ {
+		ioHandlers[op] = vendor
+	}
 }
 
 // fabricsHandler returns the handler of a Fabrics command on q, or nil.

@@ -48,6 +48,8 @@
 //	admin.go       Identify, Get Log Page, Set/Get Features, Keep Alive, AER, Abort
 //	nvm.go         Read, Write, Flush, Write Zeroes, Dataset Management
 //	discovery.go   the discovery log page and listener addresses
+//	vendor.go      vendor-specific I/O commands (80h-FFh), routed to the
+//	               VendorHandler of a namespace (the file service)
 //
 // and the RDMA binding sits beside it in rdma_listener.go (RDMA_CM
 // private data, accept or reject) and rdma_queue.go (capsules by Send,
@@ -61,6 +63,16 @@
 // command moves) says whether to respond at once, fetch host data first,
 // or execute; queue.execute runs the handler; queue.finish fills in the
 // response entry just before the binding sends it.
+//
+// A namespace may have a VendorHandler (NamespaceConfig.Vendor): it
+// serves the vendor-specific I/O opcodes, with the data direction of the
+// opcode's bits 1:0. Data moves as for NVM commands; a bidirectional
+// command (11b) takes every capsule byte after the SQE as its payload and
+// sends its reply into the buffer SGL1 describes, cut to the bytes the
+// handler filled. A namespace with a handler and no device has no blocks
+// (NSZE 0). A binding hands the capsule bytes after the SQE to the core
+// (request.capsuleData) and keeps them until the response is sent; the
+// RDMA binding places reply data after them in the capsule buffer.
 //
 // # The RDMA binding
 //

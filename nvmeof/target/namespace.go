@@ -32,6 +32,12 @@ type NamespaceConfig struct {
 	// set them to keep identifiers that were stored elsewhere.
 	UUID  [16]byte
 	NGUID [16]byte
+	// Vendor serves the vendor-specific I/O commands (opcodes 80h to
+	// FFh) on the namespace (vendor.go); without it they are refused with
+	// Invalid Command Opcode. A namespace with a Vendor handler and no
+	// Device has no blocks (NSZE 0): Flush syncs the handler, and Close
+	// of the target closes it if it is an io.Closer.
+	Vendor VendorHandler
 }
 
 // Namespace is a namespace of a subsystem: a block device seen in blocks.
@@ -46,6 +52,7 @@ type Namespace struct {
 	uuid        [16]byte
 	nguid       [16]byte
 	nonBlocking bool
+	vendor      VendorHandler
 
 	// Counters for the SMART / Health log.
 	readCommands  atomic.Uint64
@@ -62,11 +69,14 @@ func newNamespace(sub *Subsystem, cfg NamespaceConfig) (*Namespace, error) {
 	if bs != 512 && bs != 4096 {
 		return nil, fmt.Errorf("%w: block size %d: want 512 or 4096", ErrInvalidNamespace, bs)
 	}
+	if cfg.Device == nil && cfg.Vendor != nil {
+		cfg.Device = vendorDevice{cfg.Vendor}
+	}
 	if cfg.Device == nil {
 		return nil, fmt.Errorf("%w: no device", ErrInvalidNamespace)
 	}
 	blocks := cfg.Device.Size() / int64(bs)
-	if blocks < 1 {
+	if blocks < 1 && cfg.Vendor == nil {
 		return nil, fmt.Errorf("%w: device of %d bytes holds no %d-byte block", ErrInvalidNamespace, cfg.Device.Size(), bs)
 	}
 	ns := &Namespace{
@@ -79,6 +89,7 @@ func newNamespace(sub *Subsystem, cfg NamespaceConfig) (*Namespace, error) {
 		uuid:        cfg.UUID,
 		nguid:       cfg.NGUID,
 		nonBlocking: blockdev.IsNonBlocking(cfg.Device),
+		vendor:      cfg.Vendor,
 	}
 	uuid, nguid := DeriveNamespaceIDs(sub.nqn, cfg.NSID)
 	if ns.uuid == [16]byte{} {

@@ -298,6 +298,7 @@ func (q *rdmaQueue) onCapsule(s *rdmaSlot, n int) bool {
 		return false
 	}
 	r.cmd = cmd
+	r.capsuleData = s.capsule[nvmeof.CommandSize:n]
 	policy := q.policy
 	policy.InCapsuleSize = n - nvmeof.CommandSize
 	dp, st := policy.Decode(cmd.DPTR)
@@ -331,9 +332,15 @@ func (q *rdmaQueue) onCapsule(s *rdmaSlot, n int) bool {
 // command was answered because none could be allocated.
 func (q *rdmaQueue) assignBuffer(s *rdmaSlot) bool {
 	r := &s.req
-	if r.dataLen <= len(s.capsule) {
-		r.data = s.capsule[:r.dataLen]
-		s.dataSGL[0] = rdma.SGE{Addr: s.capAddr, Length: uint32(r.dataLen), LKey: q.capsules.LKey()}
+	// Data to the host goes after any in-capsule payload, which the
+	// command may still read.
+	base := 0
+	if r.dir == nvmeof.ControllerToHost && len(r.capsuleData) > 0 {
+		base = nvmeof.CommandSize + len(r.capsuleData)
+	}
+	if base+r.dataLen <= len(s.capsule) {
+		r.data = s.capsule[base : base+r.dataLen]
+		s.dataSGL[0] = rdma.SGE{Addr: s.capAddr + uint64(base), Length: uint32(r.dataLen), LKey: q.capsules.LKey()}
 		return true
 	}
 	b, err := q.large.get(s)
@@ -429,6 +436,7 @@ func (q *rdmaQueue) buildResponse(s *rdmaSlot) int {
 	r.rsp.MarshalTo(s.resp)
 	n := 0
 	if r.sendsData() {
+		s.dataSGL[0].Length = uint32(r.dataLen) // a vendor command may send less than SGL1 describes
 		s.invalid = s.keyed.Invalidate
 		s.send[0] = rdma.SendWR{ID: slotWRID(r.index, wrWrite), Op: rdma.OpWrite,
 			SGL: s.dataSGL[:], RemoteAddr: s.keyed.Address, RKey: s.keyed.Key}

@@ -37,6 +37,10 @@ type request struct {
 	sglStatus    nvmeof.Status // status to refuse SGL1 with, success if usable
 	sglLen       uint32        // bytes SGL1 describes
 	sglInCapsule bool          // SGL1 points into the capsule
+	// capsuleData is every byte of the capsule after the SQE, set by the
+	// binding and kept intact until the response is sent: the payload of
+	// bidirectional vendor-specific commands (vendor.go).
+	capsuleData []byte
 
 	// errLoc is the byte offset in the SQE of the parameter a refusal is
 	// about (the Parameter Error Location of the error log), or
