@@ -44,22 +44,32 @@
 // # Where the work runs
 //
 // PostSend copies the WRs into pre-allocated slots and then the calling
-// goroutine transmits them itself, under the connection's write lock, one
-// writev per batch of up to 16 FPDUs (header, payload slices straight
-// from registered memory, pad and CRC), releasing the lock between
-// batches. When another goroutine is already transmitting, PostSend
-// leaves its WRs to it and returns. So a large Write blocks its poster
-// while TCP accepts it, and concurrent posters return at once.
+// goroutine transmits them itself, under the connection's write lock.
+// When another goroutine is already transmitting, PostSend leaves its
+// WRs to it and returns, so concurrent posters return at once. The
+// transmitting goroutine (the drainer) takes every WR posted so far, up
+// to 64 KiB of payload, and writes their FPDUs with one writev per
+// batch: headers, trailers and payloads up to 256 bytes are built in a
+// per-connection scratch arena, so a run of small FPDUs is one piece of
+// the vector, and larger payloads go straight from registered memory.
+// A batch goes out at about 1 MiB of referenced payload (16 segments),
+// 1024 vector entries or a full arena, releasing the lock between
+// batches; the WRs complete once their batch is written, and WRs posted
+// meanwhile form the next batch. So at queue depth one system call
+// carries many messages (an NVMe-oF target's RDMA Writes and response
+// Sends), and a large Write blocks its poster while TCP accepts it.
 //
-// Each connected QP runs two goroutines. The receiver reads FPDUs,
-// reading payloads from the socket directly into their destination (the
-// region an RDMA Write or Read Response names, or the Recv's SGL): on
-// Linux one readv(2) per segment puts the payload in place and the
-// trailer and next header into a 128-byte look-ahead, the only bytes ever
-// copied. It answers nothing itself but queues inbound Read Requests, so
-// it never blocks on the socket's write side. The responder sends Read
-// Responses (interleaved with the poster's FPDUs at batch boundaries) and
-// resumes the send queue when a Fence or the Read depth made it wait.
+// Each connected QP runs two goroutines. The receiver reads the stream
+// into a 128 KiB buffer, as much as has arrived per read(2), and parses
+// the FPDUs in it, copying their payloads to their destination (the
+// region an RDMA Write or Read Response names, or the Recv's SGL). The
+// rest of a payload of 16 KiB or more is read from the socket directly
+// into its destination: on Linux one readv(2) puts it in place and up to
+// 2 KiB of what follows (trailer, next header) into the buffer. It
+// answers nothing itself but queues inbound Read Requests, so it never
+// blocks on the socket's write side. The responder sends Read Responses
+// (interleaved with the poster's FPDUs at batch boundaries) and resumes
+// the send queue when a Fence or the Read depth made it wait.
 //
 // Under the race detector (race.go) every batch is preceded by a
 // zero-length write(2) and every direct payload read by a zero-length

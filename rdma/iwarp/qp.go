@@ -128,6 +128,7 @@ func (q *qp) start(conn *net.TCPConn, crc bool) error {
 	q.crc = crc
 	q.tx.conn, q.tx.crc = conn, crc
 	q.rx.rd.conn = conn
+	q.rx.rd.buf = make([]byte, rxBufSize)
 	q.state.Store(uint32(rdma.StateRTS))
 	q.wg.Add(2)
 	q.mu.Unlock()

@@ -8,9 +8,10 @@ import (
 	"unsafe"
 )
 
-// readvInto fills p from the socket with readv(2), putting whatever
-// follows p in the stream (the trailer and the next FPDU's header) into
-// the look-ahead in the same system call. The look-ahead must be empty.
+// readvInto fills p from the socket with readv(2), putting up to
+// rxLookahead bytes of what follows p in the stream (the trailer and the
+// next FPDU's header) into the buffer in the same system call. The
+// buffer must be empty.
 func (d *rxReader) readvInto(p []byte) error {
 	if d.rc == nil {
 		rc, err := d.conn.SyscallConn()
@@ -26,7 +27,7 @@ func (d *rxReader) readvInto(p []byte) error {
 		d.iov[0].Base = &p[0]
 		d.iov[0].SetLen(len(p))
 		d.iov[1].Base = &d.buf[0]
-		d.iov[1].SetLen(len(d.buf))
+		d.iov[1].SetLen(rxLookahead)
 		err := d.rc.Read(d.readvFn)
 		if err == nil {
 			err = d.rvErr

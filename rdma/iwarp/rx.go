@@ -13,31 +13,46 @@ import (
 	"github.com/capsule-storage/capsule/rdma/iwarp/internal/wire"
 )
 
-// rxReader reads FPDUs with a small look-ahead buffer for headers and
-// trailers; payloads go straight from the socket into their destination.
-// The look-ahead never holds more than len(buf) bytes, so at most that
-// much of a payload is copied through it.
+const (
+	// rxBufSize is the receive buffer: one read(2) takes in as many
+	// FPDUs as have arrived, up to this much, and the receiver parses
+	// them from it, copying payloads to their destination.
+	rxBufSize = 128 << 10
+	// directMin is the shortest rest of a payload read from the socket
+	// straight into its destination instead of through the buffer.
+	directMin = 16 << 10
+	// rxLookahead is how much of the stream after such a payload the
+	// same readv(2) takes into the buffer: the trailer, the next header
+	// and the start of what follows.
+	rxLookahead = 2 << 10
+)
+
+// rxReader reads FPDUs through a receive buffer. Headers, trailers and
+// small payloads are parsed or copied out of it; the rest of a payload
+// of at least directMin bytes goes straight from the socket into its
+// destination.
 type rxReader struct {
 	readvState
 	conn *net.TCPConn
 	raw  syscall.RawConn // for raceAcquire
-	buf  [128]byte
+	buf  []byte          // rxBufSize bytes, allocated when the QP connects
 	r, w int
 }
 
-// fill makes at least n bytes available at buf[r:].
+// fill makes at least n bytes available at buf[r:], reading as much as
+// the socket has and the buffer holds.
 func (d *rxReader) fill(n int) error {
 	if d.w-d.r >= n {
 		return nil
 	}
-	if d.r > 0 {
-		d.w = copy(d.buf[:], d.buf[d.r:d.w])
+	if d.r == d.w || d.r+n > len(d.buf) || len(d.buf)-d.w < rxLookahead {
+		d.w = copy(d.buf, d.buf[d.r:d.w])
 		d.r = 0
 	}
-	for d.w < n {
+	for d.w-d.r < n {
 		k, err := d.conn.Read(d.buf[d.w:])
 		d.w += k
-		if err != nil && d.w < n {
+		if err != nil && d.w-d.r < n {
 			return err
 		}
 	}
@@ -52,20 +67,31 @@ func (d *rxReader) take(n int) []byte {
 	return b
 }
 
-// readInto fills p: first from the look-ahead, then from the socket.
+// readInto fills p: first from the buffer, then, for a long rest, from
+// the socket directly, else through the buffer.
 func (d *rxReader) readInto(p []byte) error {
 	k := copy(p, d.buf[d.r:d.w])
 	d.r += k
-	if k == len(p) {
-		return nil
+	p = p[k:]
+	if len(p) >= directMin {
+		if raceEnabled {
+			// Plain reads, which the detector sees, after an acquire.
+			d.raceAcquire()
+			d.r, d.w = 0, 0
+			_, err := io.ReadFull(d.conn, p)
+			return err
+		}
+		return d.readvInto(p)
 	}
-	if raceEnabled {
-		// Plain reads, which the detector sees, after an acquire.
-		d.raceAcquire()
-		_, err := io.ReadFull(d.conn, p[k:])
-		return err
+	for len(p) > 0 {
+		if err := d.fill(1); err != nil {
+			return err
+		}
+		k := copy(p, d.buf[d.r:d.w])
+		d.r += k
+		p = p[k:]
 	}
-	return d.readvInto(p[k:])
+	return nil
 }
 
 // rxState is the receiver goroutine's state of the inbound stream.

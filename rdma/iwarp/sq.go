@@ -177,10 +177,19 @@ func (q *qp) localBytes(g rdma.SGE, want rdma.Access) ([]byte, bool) {
 	return b, true
 }
 
+// groupBytes ends a group of WRs the drainer transmits together once
+// their payloads reach it: small WRs share a writev, and a large one
+// completes as soon as it is written instead of waiting for the WRs
+// behind it.
+const groupBytes = 64 << 10
+
 // kickSend transmits queued WRs in order until the queue is empty or the
 // next WR must wait for Reads (Fence, or ORD exhausted). Only one
 // goroutine drains at a time; others return at once and their WRs are
-// taken by the drainer.
+// taken by the drainer. The drainer takes the WRs posted so far (up to
+// groupBytes of payload) into one batch, one writev when they fit,
+// completes them once it is written, and looks again: WRs posted
+// meanwhile form the next batch.
 func (q *qp) kickSend() {
 	s := &q.sq
 	s.mu.Lock()
@@ -190,42 +199,57 @@ func (q *qp) kickSend() {
 	}
 	s.draining = true
 	var failed rdma.WCStatus
-	for s.next != s.tail && !s.flushed {
-		w := s.slot(s.next)
-		if w.wr.Flags&rdma.Fence != 0 && s.orqLen() > 0 {
-			break // the receiver kicks the responder when the Reads complete
+	for !s.flushed {
+		from := s.next
+		var bytes uint64
+		for s.next != s.tail && bytes < groupBytes {
+			w := s.slot(s.next)
+			if w.wr.Flags&rdma.Fence != 0 && s.orqLen() > 0 {
+				break // the receiver kicks the responder when the Reads complete
+			}
+			if w.wr.Op == rdma.OpRead {
+				need := max(1, len(w.sgl))
+				if ReadDepth-s.orqLen() < need {
+					break
+				}
+				seq := s.next
+				if len(w.sgl) == 0 {
+					s.orq[s.orqTail%ReadDepth] = orqEntry{seq: seq}
+					s.orqTail++
+				}
+				for _, g := range w.sgl {
+					s.orq[s.orqTail%ReadDepth] = orqEntry{seq: seq, sinkKey: g.LKey, sinkAddr: g.Addr, size: g.Length}
+					s.orqTail++
+				}
+				w.readsLeft = need
+			} else {
+				bytes += w.total
+			}
+			s.next++
 		}
-		if w.wr.Op == rdma.OpRead {
-			need := max(1, len(w.sgl))
-			if ReadDepth-s.orqLen() < need {
-				break
-			}
-			seq := s.next
-			if len(w.sgl) == 0 {
-				s.orq[s.orqTail%ReadDepth] = orqEntry{seq: seq}
-				s.orqTail++
-			}
-			for _, g := range w.sgl {
-				s.orq[s.orqTail%ReadDepth] = orqEntry{seq: seq, sinkKey: g.LKey, sinkAddr: g.Addr, size: g.Length}
-				s.orqTail++
-			}
-			w.readsLeft = need
+		to := s.next
+		if from == to {
+			break
 		}
-		s.next++
 		s.mu.Unlock()
-		st := q.transmit(w)
+		end, st := q.transmitBatch(from, to)
 		s.mu.Lock()
 		if s.flushed {
 			break
 		}
+		if st == rdma.Success {
+			end = to
+		}
+		for seq := from; seq != end; seq++ {
+			if w := s.slot(seq); w.wr.Op != rdma.OpRead {
+				w.done = true
+			}
+		}
+		q.retireLocked()
 		if st != rdma.Success {
 			failed = st
 			break
 		}
-		if w.wr.Op != rdma.OpRead {
-			w.done = true
-		}
-		q.retireLocked()
 	}
 	s.draining = false
 	s.mu.Unlock()
@@ -237,6 +261,28 @@ func (q *qp) kickSend() {
 	default:
 		q.fail(failed, nil)
 	}
+}
+
+// transmitBatch puts the WRs [from, to) on the wire, writing them out
+// together. On LocProtErr it returns the failing WR's position: the WRs
+// before it went out. On RetryExcErr none counts as written.
+func (q *qp) transmitBatch(from, to uint64) (uint64, rdma.WCStatus) {
+	s := &q.sq
+	t := &q.tx
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := rdma.Success
+	seq := from
+	for ; seq != to; seq++ {
+		if st = q.transmitLocked(s.slot(seq)); st != rdma.Success {
+			break
+		}
+	}
+	t.flush()
+	if t.err != nil {
+		return from, rdma.RetryExcErr
+	}
+	return seq, st
 }
 
 // retireLocked completes finished WRs in posting order. sq.mu is held.
@@ -286,9 +332,10 @@ func (q *qp) cqOverrun() {
 	}
 }
 
-// transmit puts one WR on the wire. It returns LocProtErr for a bad local
-// SGE (nothing sent) and RetryExcErr when the connection failed.
-func (q *qp) transmit(w *swr) rdma.WCStatus {
+// transmitLocked queues the FPDUs of one WR on the batch. It returns
+// LocProtErr for a bad local SGE (nothing of the WR queued). The caller
+// holds tx.mu and writes the batch out.
+func (q *qp) transmitLocked(w *swr) rdma.WCStatus {
 	s := &q.sq
 	src := w.src[:0]
 	switch {
@@ -314,9 +361,6 @@ func (q *qp) transmit(w *swr) rdma.WCStatus {
 	total := int(w.total)
 	seg := q.prov.cfg.maxSegment
 
-	t := &q.tx
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	switch w.wr.Op {
 	case rdma.OpSend, rdma.OpSendInv, rdma.OpSendImm:
 		op := wire.OpSend
@@ -369,10 +413,6 @@ func (q *qp) transmit(w *swr) rdma.WCStatus {
 			s.msnRead++
 			q.segmentLocked(&h, body[:], 0)
 		}
-	}
-	t.flush()
-	if t.err != nil {
-		return rdma.RetryExcErr
 	}
 	return rdma.Success
 }
