@@ -1,0 +1,83 @@
+// Package fusefs mounts capsule's file service with FUSE. It is the node
+// layer on hanwen/go-fuse/v2's fs API: every inode the kernel knows is a
+// node that embeds fs.Inode and turns each kernel request into one call
+// of the file client's low-level inode API (Client, which
+// *capfs.Client implements), passing the client's errno through as is.
+//
+// # Identity
+//
+// A node's StableAttr is {file type, capsule Ino, Gen}: inode numbers in
+// stat are the target's, stable across mounts and remounts, and a reused
+// inode number with a new generation is a new node. The root is RootIno.
+//
+// # Caching and close-to-open consistency
+//
+// Attributes and names are cached by the kernel for Options.AttrTimeout
+// and Options.EntryTimeout; failed lookups are not cached, so a file
+// another client creates is visible at once. File data is cached in the
+// kernel's page cache and is consistent with close-to-open semantics
+// across clients: every open first fetches the attributes from the
+// target, and the kernel keeps its cached pages (FOPEN_KEEP_CACHE) only
+// when size, mtime and ctime equal those of the previous open through
+// this mount and this mount has not written the file since; otherwise
+// the pages and the cached attributes are dropped. Writes are
+// write-through (no writeback cache): WRITE returns once the target has
+// the data, so a close makes it visible to the next open anywhere, and
+// Flush has nothing left to send. Directories are listed from the target
+// on every opendir (no FOPEN_CACHE_DIR).
+//
+// An inode call (stat, open, readlink) that the target answers with
+// ENOENT means another client removed the inode while this kernel still
+// cached its name; it returns ESTALE, which makes the kernel look the
+// path up again and retry once, instead of failing. When the node comes
+// straight from a lookup (no call on it has succeeded since), that retry
+// has happened already and the answer is ENOENT. The same holds for an open of an
+// inode that is only kept for other open files (no links left), so a
+// name another client renamed a new file over opens the new file; the
+// price is that reopening an unlinked file through /proc/PID/fd fails
+// with ESTALE.
+//
+// # Open files, unlink and handles
+//
+// Open and create get a Handle from the target, and reads and writes go
+// through it; the target keeps an unlinked file while handles to it are
+// open, so unlinking an open file works as POSIX says. Release gives the
+// handle back.
+//
+// # Locks
+//
+// fcntl byte-range locks and flock locks are kept by the mount, per
+// inode, owned by the open file (as F_OFD_SETLK and flock locks are),
+// and go when the file is released. The target has no lock operations:
+// locks exclude each other within one mount, not across mounts.
+//
+// # Directories
+//
+// Listing is READDIRPLUS in pages of dirPage entries that resume at the
+// cookie of the entry before, which is also the directory offset the
+// kernel sees, so telldir/seekdir and listings of any size work, and the
+// attributes in each page answer the kernel's per-entry lookups.
+//
+// # Errors, interrupts and a lost target
+//
+// Every reply's errno is the syscall.Errno the client returns (errors
+// that carry none become EIO). Names over 255 bytes get ENAMETOOLONG
+// before they reach the target. Client calls run without the kernel's
+// interrupt (a signal to the calling thread must not turn a done rename
+// into EINTR); they are bounded by the client's reconnect timeout
+// instead, after which a lost target gives EIO, so no request hangs.
+//
+// # Requests
+//
+// READ and WRITE requests are up to MaxWrite (1 MiB). Splicing READ
+// replies is off by default: a 1 MiB reply and its header do not fit the
+// kernel's 1 MiB pipe, so go-fuse would copy anyway after a failed try.
+// The read-ahead window and the number of request readers are options,
+// with defaults chosen by benchmark (BENCHMARKS.md, R6).
+//
+// # Concurrency
+//
+// go-fuse runs requests in parallel; a node's own state (the data
+// version seen at the last open) is behind its mutex, and an open
+// directory is only used by one request at a time.
+package fusefs

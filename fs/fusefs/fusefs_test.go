@@ -1,0 +1,443 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/posixtest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// requireFUSE skips the test where FUSE cannot be mounted, or fails it
+// under CI=true, where a missing prerequisite is an error.
+func requireFUSE(t *testing.T) {
+	t.Helper()
+	var missing []string
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		missing = append(missing, "/dev/fuse")
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		missing = append(missing, "fusermount3")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("FUSE mount tests need %s", strings.Join(missing, " and "))
+	}
+	t.Skipf("no %s", strings.Join(missing, " or "))
+}
+
+// mountMem mounts a fresh in-memory file service and unmounts it when
+// the test ends.
+func mountMem(t *testing.T, o Options) (string, *memClient) {
+	t.Helper()
+	requireFUSE(t)
+	m := newMemClient()
+	dir := t.TempDir()
+	server, err := Mount(context.Background(), m, dir, o)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		m.setFail(0)
+		require.NoError(t, server.Unmount())
+	})
+	return dir, m
+}
+
+var cached = Options{AttrTimeout: time.Second, EntryTimeout: time.Second}
+
+// TestPosix runs every case of go-fuse's POSIX suite on its own mount.
+func TestPosix(t *testing.T) {
+	names := make([]string, 0, len(posixtest.All))
+	for name := range posixtest.All {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			mnt, _ := mountMem(t, cached)
+			posixtest.All[name](t, mnt)
+		})
+	}
+}
+
+func TestStableInodeNumbers(t *testing.T) {
+	mnt, m := mountMem(t, cached)
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644))
+	a, err := m.Lookup(context.Background(), RootIno, "f")
+	require.NoError(t, err)
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Stat(filepath.Join(mnt, "f"), &st))
+	assert.Equal(t, uint64(a.Ino), st.Ino, "stat shows the target's inode number")
+	require.NoError(t, syscall.Stat(mnt, &st))
+	assert.Equal(t, uint64(RootIno), st.Ino)
+}
+
+// TestErrnoPassThrough: whatever errno the client returns is what the
+// system call gets.
+func TestErrnoPassThrough(t *testing.T) {
+	mnt, m := mountMem(t, Options{})
+	f := filepath.Join(mnt, "f")
+	require.NoError(t, os.WriteFile(f, []byte("x"), 0o644))
+	for _, e := range []syscall.Errno{syscall.ENOSPC, syscall.EIO, syscall.EACCES, syscall.EPERM, syscall.EXDEV} {
+		m.setFail(e)
+		_, err := os.Stat(f)
+		assert.ErrorIs(t, err, e, "stat")
+		err = os.Mkdir(filepath.Join(mnt, "d"), 0o755)
+		assert.ErrorIs(t, err, e, "mkdir")
+		m.setFail(0)
+	}
+	fd, err := os.OpenFile(f, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	m.setFail(syscall.ENOSPC)
+	_, err = fd.Write([]byte("more"))
+	assert.ErrorIs(t, err, syscall.ENOSPC, "write")
+	m.setFail(0)
+	require.NoError(t, fd.Close())
+}
+
+func TestNames(t *testing.T) {
+	mnt, _ := mountMem(t, Options{})
+	long := strings.Repeat("n", 255)
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, long), nil, 0o644), "255 bytes is a legal name")
+	for _, op := range []func(string) error{
+		func(p string) error { return os.WriteFile(p, nil, 0o644) },
+		func(p string) error { return os.Mkdir(p, 0o755) },
+		func(p string) error { return os.Symlink("x", p) },
+		func(p string) error { return os.Link(filepath.Join(mnt, long), p) },
+		func(p string) error { return os.Rename(filepath.Join(mnt, long), p) },
+		func(p string) error { _, err := os.Stat(p); return err },
+	} {
+		assert.ErrorIs(t, op(filepath.Join(mnt, long+"n")), syscall.ENAMETOOLONG)
+	}
+	assert.ErrorIs(t, os.Mkdir(filepath.Join(mnt, "."), 0o755), syscall.EEXIST)
+	require.NoError(t, os.Mkdir(filepath.Join(mnt, "d"), 0o755))
+	assert.ErrorIs(t, syscall.Rmdir(filepath.Join(mnt, "d")+"/."), syscall.EINVAL)
+}
+
+func TestErrnos(t *testing.T) {
+	mnt, _ := mountMem(t, Options{})
+	p := func(s string) string { return filepath.Join(mnt, s) }
+	require.NoError(t, os.Mkdir(p("d"), 0o755))
+	require.NoError(t, os.WriteFile(p("d/f"), []byte("x"), 0o644))
+	require.NoError(t, os.WriteFile(p("f"), []byte("x"), 0o644))
+	assert.ErrorIs(t, syscall.Rmdir(p("d")), syscall.ENOTEMPTY)
+	assert.ErrorIs(t, syscall.Rmdir(p("f")), syscall.ENOTDIR)
+	assert.ErrorIs(t, syscall.Unlink(p("d")), syscall.EISDIR)
+	assert.ErrorIs(t, syscall.Mkdir(p("f"), 0o755), syscall.EEXIST)
+	assert.ErrorIs(t, syscall.Rename(p("d"), p("d/sub")), syscall.EINVAL)
+	assert.ErrorIs(t, syscall.Rename(p("f"), p("d")), syscall.EISDIR)
+	assert.ErrorIs(t, syscall.Rename(p("d"), p("f")), syscall.ENOTDIR)
+	_, err := os.Stat(p("nothing"))
+	assert.ErrorIs(t, err, syscall.ENOENT)
+	_, err = os.Stat(p("f/x"))
+	assert.ErrorIs(t, err, syscall.ENOTDIR)
+	assert.ErrorIs(t, syscall.Link(p("d"), p("dl")), syscall.EPERM)
+}
+
+func TestRenameFlags(t *testing.T) {
+	mnt, _ := mountMem(t, Options{})
+	a, b := filepath.Join(mnt, "a"), filepath.Join(mnt, "b")
+	require.NoError(t, os.WriteFile(a, []byte("A"), 0o644))
+	require.NoError(t, os.WriteFile(b, []byte("B"), 0o644))
+	assert.ErrorIs(t, unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_NOREPLACE), syscall.EEXIST)
+	require.NoError(t, unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE))
+	got, err := os.ReadFile(a)
+	require.NoError(t, err)
+	assert.Equal(t, "B", string(got))
+	got, err = os.ReadFile(b)
+	require.NoError(t, err)
+	assert.Equal(t, "A", string(got))
+	require.NoError(t, unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, filepath.Join(mnt, "c"), unix.RENAME_NOREPLACE))
+	assert.NoFileExists(t, a)
+	assert.ErrorIs(t, unix.Renameat2(unix.AT_FDCWD, b, unix.AT_FDCWD, a, unix.RENAME_EXCHANGE), syscall.ENOENT)
+}
+
+func TestUnlinkOpenFile(t *testing.T) {
+	mnt, m := mountMem(t, cached)
+	f := filepath.Join(mnt, "f")
+	fd, err := os.Create(f)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(f))
+	_, err = fd.WriteAt([]byte("still here"), 0)
+	require.NoError(t, err)
+	got := make([]byte, 10)
+	_, err = fd.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.Equal(t, "still here", string(got))
+	fi, err := fd.Stat()
+	require.NoError(t, err)
+	assert.EqualValues(t, 0, fi.Sys().(*syscall.Stat_t).Nlink)
+	m.mu.Lock()
+	inodes := len(m.inodes)
+	m.mu.Unlock()
+	require.NoError(t, fd.Close())
+	require.Eventually(t, func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.inodes) == inodes-1
+	}, 10*time.Second, 10*time.Millisecond, "the release frees the unlinked inode")
+}
+
+func TestMknodFifo(t *testing.T) {
+	mnt, _ := mountMem(t, Options{})
+	require.NoError(t, syscall.Mkfifo(filepath.Join(mnt, "fifo"), 0o600))
+	fi, err := os.Lstat(filepath.Join(mnt, "fifo"))
+	require.NoError(t, err)
+	assert.Equal(t, os.ModeNamedPipe, fi.Mode().Type())
+	assert.ErrorIs(t, syscall.Mknod(filepath.Join(mnt, "dev"), syscall.S_IFCHR|0o600, 0x0101), syscall.EPERM)
+}
+
+func TestSparseBeyond4GiB(t *testing.T) {
+	mnt, _ := mountMem(t, Options{})
+	f, err := os.Create(filepath.Join(mnt, "sparse"))
+	require.NoError(t, err)
+	defer f.Close()
+	const off = 5<<30 + 12345
+	_, err = f.WriteAt([]byte("far"), off)
+	require.NoError(t, err)
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	assert.EqualValues(t, off+3, fi.Size())
+	got := make([]byte, 8)
+	_, err = f.ReadAt(got, off-5)
+	require.NoError(t, err)
+	assert.Equal(t, []byte{0, 0, 0, 0, 0, 'f', 'a', 'r'}, got)
+	_, err = f.ReadAt(got, 1<<30)
+	require.NoError(t, err)
+	assert.Equal(t, make([]byte, 8), got, "a hole reads as zeros")
+	require.NoError(t, f.Truncate(4<<30+1))
+	fi, err = f.Stat()
+	require.NoError(t, err)
+	assert.EqualValues(t, 4<<30+1, fi.Size())
+}
+
+// TestLargeDirectory lists a directory of many pages completely, with
+// readdir and with readdirplus (ls -l style).
+func TestLargeDirectory(t *testing.T) {
+	mnt, m := mountMem(t, cached)
+	const n = 3 * dirPage / 2 * 3
+	ctx := context.Background()
+	dir, err := m.Mkdir(ctx, RootIno, "big", 0o755, 0, 0)
+	require.NoError(t, err)
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("entry-%06d", i)
+		_, err := m.Mknod(ctx, dir.Ino, want[i], syscall.S_IFREG|0o644, 0, 0, 0)
+		require.NoError(t, err)
+	}
+	entries, err := os.ReadDir(filepath.Join(mnt, "big"))
+	require.NoError(t, err)
+	got := make([]string, 0, n)
+	for _, e := range entries {
+		got = append(got, e.Name())
+		if len(got) < 50 {
+			info, err := e.Info()
+			require.NoError(t, err)
+			assert.True(t, info.Mode().IsRegular())
+		}
+	}
+	assert.Equal(t, want, got)
+
+	d, err := os.Open(filepath.Join(mnt, "big"))
+	require.NoError(t, err)
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	require.NoError(t, err)
+	slices.Sort(names)
+	assert.Equal(t, want, names, "a second listing of the same directory")
+}
+
+// TestSeekdir resumes a listing at an offset telldir gave.
+func TestSeekdir(t *testing.T) {
+	mnt, m := mountMem(t, Options{})
+	ctx := context.Background()
+	for i := range 2000 {
+		_, err := m.Mknod(ctx, RootIno, fmt.Sprintf("f%04d", i), syscall.S_IFREG|0o644, 0, 0, 0)
+		require.NoError(t, err)
+	}
+	fd, err := syscall.Open(mnt, syscall.O_RDONLY|syscall.O_DIRECTORY, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	all := readDirents(t, fd)
+	require.Len(t, all, 2002)
+	for _, i := range []int{1, 700, 1500, 2001} {
+		_, err := unix.Seek(fd, int64(all[i-1].off), 0)
+		require.NoError(t, err)
+		rest := readDirents(t, fd)
+		require.NotEmpty(t, rest, "offset of entry %d", i)
+		assert.Equal(t, all[i].name, rest[0].name, "resuming after entry %d", i-1)
+		assert.Len(t, rest, len(all)-i)
+	}
+}
+
+type dirent struct {
+	name string
+	off  uint64
+}
+
+func readDirents(t *testing.T, fd int) []dirent {
+	t.Helper()
+	var out []dirent
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		require.NoError(t, err)
+		if n == 0 {
+			return out
+		}
+		for b := buf[:n]; len(b) > 0; {
+			reclen := int(b[16]) | int(b[17])<<8
+			off := uint64(0)
+			for i := 7; i >= 0; i-- {
+				off = off<<8 | uint64(b[8+i])
+			}
+			name := b[19:reclen]
+			name = name[:bytes.IndexByte(name, 0)]
+			out = append(out, dirent{name: string(name), off: off})
+			b = b[reclen:]
+		}
+	}
+}
+
+// TestCloseToOpen changes a file behind the mount's back, as another
+// client would, and checks that the next open sees it, while an open of
+// an unchanged file reads from the kernel's cache.
+func TestCloseToOpen(t *testing.T) {
+	mnt, m := mountMem(t, Options{AttrTimeout: time.Hour, EntryTimeout: time.Hour})
+	f := filepath.Join(mnt, "f")
+	require.NoError(t, os.WriteFile(f, []byte("first version"), 0o644))
+	got, err := os.ReadFile(f)
+	require.NoError(t, err)
+	require.Equal(t, "first version", string(got))
+
+	reads := m.count("Read")
+	got, err = os.ReadFile(f)
+	require.NoError(t, err)
+	require.Equal(t, "first version", string(got))
+	assert.Equal(t, reads, m.count("Read"), "an unchanged file is read from the page cache")
+
+	// Another client rewrites it, longer.
+	ctx := context.Background()
+	a, err := m.Lookup(ctx, RootIno, "f")
+	require.NoError(t, err)
+	h, err := m.Open(ctx, a.Ino, syscall.O_RDWR)
+	require.NoError(t, err)
+	_, err = m.Write(ctx, a.Ino, h, []byte("second version, longer"), 0)
+	require.NoError(t, err)
+	require.NoError(t, m.Release(ctx, a.Ino, h))
+
+	got, err = os.ReadFile(f)
+	require.NoError(t, err)
+	assert.Equal(t, "second version, longer", string(got), "the next open sees the change in spite of hour-long caches")
+
+	// Another client replaces it by rename: the cached name points at a
+	// removed inode, and the kernel looks the name up again.
+	tmp, h2, err := m.Create(ctx, RootIno, "f.tmp", 0o644, 0, 0, syscall.O_EXCL)
+	require.NoError(t, err)
+	_, err = m.Write(ctx, tmp.Ino, h2, []byte("third"), 0)
+	require.NoError(t, err)
+	require.NoError(t, m.Release(ctx, tmp.Ino, h2))
+	require.NoError(t, m.Rename(ctx, RootIno, "f.tmp", RootIno, "f", 0))
+	got, err = os.ReadFile(f)
+	require.NoError(t, err)
+	assert.Equal(t, "third", string(got))
+}
+
+// TestReadWriteLarge moves data in requests of up to MaxWrite.
+func TestReadWriteLarge(t *testing.T) {
+	for _, splice := range []bool{false, true} {
+		t.Run(fmt.Sprintf("splice=%v", splice), func(t *testing.T) {
+			mnt, _ := mountMem(t, Options{Splice: splice})
+			want := make([]byte, 9<<20+17)
+			for i := range want {
+				want[i] = byte(i * 7 / 13)
+			}
+			f := filepath.Join(mnt, "big")
+			require.NoError(t, os.WriteFile(f, want, 0o644))
+			got, err := os.ReadFile(f)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(want, got))
+			fd, err := os.OpenFile(f, os.O_RDONLY|syscall.O_DIRECT, 0)
+			require.NoError(t, err)
+			defer fd.Close()
+			buf := make([]byte, 2<<20+4096)
+			n, err := fd.ReadAt(buf[4096:4096+2<<20], 1<<20)
+			require.NoError(t, err)
+			assert.Equal(t, 2<<20, n)
+			assert.True(t, bytes.Equal(want[1<<20:3<<20], buf[4096:4096+2<<20]))
+		})
+	}
+}
+
+func TestStatfs(t *testing.T) {
+	mnt, _ := mountMem(t, Options{})
+	var st syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(mnt, &st))
+	assert.EqualValues(t, 1<<20, st.Blocks)
+	assert.EqualValues(t, 4096, st.Bsize)
+	assert.EqualValues(t, 255, st.Namelen)
+}
+
+func TestXattrErrnos(t *testing.T) {
+	mnt, _ := mountMem(t, Options{})
+	f := filepath.Join(mnt, "f")
+	require.NoError(t, os.WriteFile(f, nil, 0o644))
+	_, err := unix.Getxattr(f, "user.none", nil)
+	assert.ErrorIs(t, err, syscall.ENODATA)
+	require.NoError(t, unix.Setxattr(f, "user.a", []byte("value"), unix.XATTR_CREATE))
+	assert.ErrorIs(t, unix.Setxattr(f, "user.a", []byte("v"), unix.XATTR_CREATE), syscall.EEXIST)
+	assert.ErrorIs(t, unix.Setxattr(f, "user.b", []byte("v"), unix.XATTR_REPLACE), syscall.ENODATA)
+	small := make([]byte, 2)
+	_, err = unix.Getxattr(f, "user.a", small)
+	assert.ErrorIs(t, err, syscall.ERANGE)
+	assert.ErrorIs(t, unix.Removexattr(f, "user.b"), syscall.ENODATA)
+}
+
+// TestStaleEntry: a file another client removed while the kernel caches
+// its name is gone, not an error about staleness.
+func TestStaleEntry(t *testing.T) {
+	mnt, m := mountMem(t, Options{AttrTimeout: 0, EntryTimeout: time.Hour})
+	f := filepath.Join(mnt, "f")
+	require.NoError(t, os.WriteFile(f, []byte("x"), 0o644))
+	_, err := os.Stat(f)
+	require.NoError(t, err)
+	require.NoError(t, m.Unlink(context.Background(), RootIno, "f"))
+	_, err = os.Stat(f)
+	assert.ErrorIs(t, err, syscall.ENOENT)
+	_, err = os.ReadFile(f)
+	assert.ErrorIs(t, err, syscall.ENOENT)
+}
+
+func TestFallocate(t *testing.T) {
+	mnt, _ := mountMem(t, Options{})
+	f, err := os.Create(filepath.Join(mnt, "f"))
+	require.NoError(t, err)
+	defer f.Close()
+	require.NoError(t, syscall.Fallocate(int(f.Fd()), 0, 0, 1<<20))
+	fi, err := f.Stat()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1<<20, fi.Size())
+	_, err = f.WriteAt(bytes.Repeat([]byte{9}, 8192), 0)
+	require.NoError(t, err)
+	require.NoError(t, syscall.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 100, 200))
+	got := make([]byte, 400)
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	want := bytes.Repeat([]byte{9}, 400)
+	clear(want[100:300])
+	assert.Equal(t, want, got)
+	assert.ErrorIs(t, syscall.Fallocate(int(f.Fd()), unix.FALLOC_FL_COLLAPSE_RANGE, 0, 4096), syscall.EOPNOTSUPP)
+}

@@ -1,0 +1,113 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// MaxWrite is the largest READ or WRITE request the kernel sends: 1 MiB,
+// the kernel's own limit.
+const MaxWrite = 1 << 20
+
+// Options configure a mount. The zero value is usable: see each field
+// for its default.
+type Options struct {
+	// AttrTimeout is how long the kernel may cache attributes. Zero
+	// asks the target on every stat.
+	AttrTimeout time.Duration
+	// EntryTimeout is how long the kernel may cache a name's inode.
+	EntryTimeout time.Duration
+
+	// MaxReadAhead is the kernel's read-ahead window for buffered reads,
+	// in bytes (0: DefaultMaxReadAhead; the kernel caps it at its own
+	// maximum).
+	MaxReadAhead int
+	// Readers is how many goroutines may wait for requests on the FUSE
+	// device at once (go-fuse's MaxReaders, which it derives from
+	// GOMAXPROCS when the server starts; 0: go-fuse's choice).
+	Readers int
+	// Splice lets go-fuse splice READ replies through a pipe. With 1 MiB
+	// requests a reply plus its header overflows the 1 MiB pipe limit
+	// and go-fuse copies anyway, so it is off unless asked for.
+	Splice bool
+
+	// FsName names the source in /proc/mounts (default "capsule").
+	FsName string
+	// AllowOther lets users other than the mounter use the mount.
+	AllowOther bool
+	// Debug logs every FUSE request and reply.
+	Debug bool
+	// Logger receives go-fuse's diagnostics (default: log.Default()).
+	Logger *log.Logger
+}
+
+// DefaultMaxReadAhead is the read-ahead window when Options.MaxReadAhead
+// is zero; see BENCHMARKS.md (R6) for how it was chosen.
+const DefaultMaxReadAhead = 128 << 10
+
+// Mount mounts the file system c serves at mountpoint and starts serving
+// it. It returns once the kernel has answered INIT and a stat of the
+// mountpoint has gone through the mount, so the mount is live. The
+// caller unmounts with Unmount and waits for the end with Wait (which
+// also returns after `fusermount3 -u`).
+func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.Server, error) {
+	root, err := c.GetAttr(ctx, RootIno)
+	if err != nil {
+		return nil, fmt.Errorf("fusefs: the root directory: %w", err)
+	}
+	if root.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return nil, fmt.Errorf("fusefs: the root inode is not a directory (mode %#o)", root.Mode)
+	}
+	attr, entry := o.AttrTimeout, o.EntryTimeout
+	var zero time.Duration
+	readAhead := o.MaxReadAhead
+	if readAhead == 0 {
+		readAhead = DefaultMaxReadAhead
+	}
+	name := o.FsName
+	if name == "" {
+		name = "capsule"
+	}
+	opts := &fs.Options{
+		MountOptions: fuse.MountOptions{
+			AllowOther:    o.AllowOther,
+			Options:       []string{"default_permissions"},
+			MaxWrite:      MaxWrite,
+			MaxReadAhead:  readAhead,
+			FsName:        name,
+			Name:          "capsule",
+			DisableSplice: !o.Splice,
+			EnableLocks:   true,
+			Debug:         o.Debug,
+			Logger:        o.Logger,
+		},
+		AttrTimeout:     &attr,
+		EntryTimeout:    &entry,
+		NegativeTimeout: &zero,
+		NullPermissions: true,
+		RootStableAttr:  &fs.StableAttr{Ino: uint64(RootIno), Gen: root.Gen},
+		Logger:          o.Logger,
+	}
+	n := &node{fsys: &fileSystem{c: c}, ino: RootIno}
+	if o.Readers > 0 {
+		prev := runtime.GOMAXPROCS(o.Readers)
+		defer runtime.GOMAXPROCS(prev)
+	}
+	server, err := fs.Mount(mountpoint, n, opts)
+	if err != nil {
+		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
+	}
+	if _, err := os.Stat(mountpoint); err != nil {
+		server.Unmount()
+		return nil, fmt.Errorf("fusefs: %s is mounted but does not answer: %w", mountpoint, err)
+	}
+	return server, nil
+}

@@ -1,0 +1,499 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// maxNameLen is the longest name a directory entry may have, in bytes.
+const maxNameLen = 255
+
+// fileSystem is what every node of one mount shares.
+type fileSystem struct {
+	c Client
+}
+
+// node is one inode of the mount: a directory, regular file, symlink or
+// fifo. It holds the capsule inode number; the file type never changes
+// for a node (go-fuse keys nodes by StableAttr{Mode type, Ino, Gen}).
+type node struct {
+	fs.Inode
+	fsys *fileSystem
+	ino  Ino
+
+	mu sync.Mutex // guards seen and seenValid
+	// seen is the data-relevant part of the attributes at the last open
+	// (size, mtime, ctime); the kernel's page cache of the file holds
+	// data no older than that. It is cleared when this mount changes the
+	// file's data, whose new mtime it cannot know without asking.
+	seen      dataVersion
+	seenValid bool
+
+	// lookedUp is when a lookup last returned this node (Unix
+	// nanoseconds), or 0 once a call on the node has succeeded since.
+	lookedUp atomic.Int64
+
+	locks lockTable // fcntl and flock locks of this mount's opens
+}
+
+// dataVersion is what tells an open whether the kernel's cached pages of
+// a file are still the target's data.
+type dataVersion struct {
+	size         uint64
+	mtime, ctime time.Time
+}
+
+func versionOf(a *Attr) dataVersion {
+	return dataVersion{size: a.Size, mtime: a.Mtime, ctime: a.Ctime}
+}
+
+func (v dataVersion) equal(w dataVersion) bool {
+	return v.size == w.size && v.mtime.Equal(w.mtime) && v.ctime.Equal(w.ctime)
+}
+
+// One assertion per go-fuse interface the node implements.
+var (
+	_ = (fs.InodeEmbedder)((*node)(nil))
+	_ = (fs.NodeLookuper)((*node)(nil))
+	_ = (fs.NodeGetattrer)((*node)(nil))
+	_ = (fs.NodeSetattrer)((*node)(nil))
+	_ = (fs.NodeCreater)((*node)(nil))
+	_ = (fs.NodeMkdirer)((*node)(nil))
+	_ = (fs.NodeMknoder)((*node)(nil))
+	_ = (fs.NodeSymlinker)((*node)(nil))
+	_ = (fs.NodeReadlinker)((*node)(nil))
+	_ = (fs.NodeLinker)((*node)(nil))
+	_ = (fs.NodeUnlinker)((*node)(nil))
+	_ = (fs.NodeRmdirer)((*node)(nil))
+	_ = (fs.NodeRenamer)((*node)(nil))
+	_ = (fs.NodeOpener)((*node)(nil))
+	_ = (fs.NodeReleaser)((*node)(nil))
+	_ = (fs.NodeReader)((*node)(nil))
+	_ = (fs.NodeWriter)((*node)(nil))
+	_ = (fs.NodeFsyncer)((*node)(nil))
+	_ = (fs.NodeFlusher)((*node)(nil))
+	_ = (fs.NodeAllocater)((*node)(nil))
+	_ = (fs.NodeStatfser)((*node)(nil))
+	_ = (fs.NodeGetxattrer)((*node)(nil))
+	_ = (fs.NodeSetxattrer)((*node)(nil))
+	_ = (fs.NodeListxattrer)((*node)(nil))
+	_ = (fs.NodeRemovexattrer)((*node)(nil))
+	_ = (fs.NodeOpendirHandler)((*node)(nil))
+)
+
+// opContext is the context a client call runs under. It keeps the
+// caller's identity but not the kernel's interrupt: the kernel
+// interrupts a request whenever the calling thread gets any signal (Go
+// programs get SIGURG all the time), and a create or rename the target
+// has done must not turn into EINTR. Every client call is bounded by
+// the client's reconnect timeout instead, so none hangs for ever.
+func opContext(ctx context.Context) context.Context {
+	return context.WithoutCancel(ctx)
+}
+
+// errnoOf returns the errno the kernel gets for err: the syscall.Errno
+// the client's error is or wraps, else EIO.
+func errnoOf(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) && e != 0 {
+		return e
+	}
+	return syscall.EIO
+}
+
+// freshLookup bounds how long ago a lookup that returned a node may
+// have been for it to count as just done; see staleOf.
+const freshLookup = time.Second
+
+// staleOf is errnoOf for calls on an inode the kernel found by path
+// (stat, open, readlink, opendir). ENOENT there usually means that
+// another client removed the inode while the kernel cached its name:
+// ESTALE makes the kernel look the path up again and retry, once. But
+// when the node comes straight from a lookup, with no call on it since,
+// that retry has already happened (or the inode went in the instant
+// between), and the answer is ENOENT.
+func (n *node) staleOf(err error) syscall.Errno {
+	e := errnoOf(err)
+	if e != syscall.ENOENT {
+		return e
+	}
+	if t := n.lookedUp.Load(); t != 0 && time.Since(time.Unix(0, t)) < freshLookup {
+		return syscall.ENOENT
+	}
+	return syscall.ESTALE
+}
+
+// used records a successful call on the node after its lookup.
+func (n *node) used() {
+	if n.lookedUp.Load() != 0 {
+		n.lookedUp.Store(0)
+	}
+}
+
+func checkName(name string) syscall.Errno {
+	if len(name) > maxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	return 0
+}
+
+// caller returns the uid and gid of the process behind the request.
+func caller(ctx context.Context) (uid, gid uint32) {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Uid, c.Gid
+	}
+	return 0, 0
+}
+
+// fillAttr converts the target's attributes to the kernel's.
+func fillAttr(out *fuse.Attr, a *Attr) {
+	out.Ino = uint64(a.Ino)
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Owner = fuse.Owner{Uid: a.Uid, Gid: a.Gid}
+	out.Rdev = a.Rdev
+	out.Atime, out.Atimensec = timeParts(a.Atime)
+	out.Mtime, out.Mtimensec = timeParts(a.Mtime)
+	out.Ctime, out.Ctimensec = timeParts(a.Ctime)
+}
+
+func timeParts(t time.Time) (uint64, uint32) {
+	if t.IsZero() {
+		return 0, 0
+	}
+	return uint64(t.Unix()), uint32(t.Nanosecond())
+}
+
+// newChild returns the node for a, filling out; go-fuse hands back the
+// node it already has when a is an inode it knows.
+func (n *node) newChild(ctx context.Context, a *Attr, out *fuse.EntryOut) *fs.Inode {
+	fillAttr(&out.Attr, a)
+	child := n.NewInode(ctx, &node{fsys: n.fsys, ino: a.Ino}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: a.Gen})
+	if c, ok := child.Operations().(*node); ok {
+		c.lookedUp.Store(time.Now().UnixNano())
+	}
+	return child
+}
+
+// dataChanged records that this mount changed the file's data.
+func (n *node) dataChanged() {
+	n.mu.Lock()
+	n.seenValid = false
+	n.mu.Unlock()
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	a, err := n.fsys.c.Lookup(opContext(ctx), n.ino, name)
+	if err != nil {
+		return nil, errnoOf(err)
+	}
+	return n.newChild(ctx, &a, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a, err := n.fsys.c.GetAttr(opContext(ctx), n.ino)
+	if err != nil {
+		return n.staleOf(err)
+	}
+	n.used()
+	fillAttr(&out.Attr, &a)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	var s SetAttr
+	set := false
+	if m, ok := in.GetMode(); ok {
+		s.Mode, set = &m, true
+	}
+	if u, ok := in.GetUID(); ok {
+		s.Uid, set = &u, true
+	}
+	if g, ok := in.GetGID(); ok {
+		s.Gid, set = &g, true
+	}
+	if sz, ok := in.GetSize(); ok {
+		s.Size, set = &sz, true
+	}
+	if in.Valid&fuse.FATTR_ATIME != 0 {
+		set = true
+		if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+			s.AtimeNow = true
+		} else {
+			t := time.Unix(int64(in.Atime), int64(in.Atimensec))
+			s.Atime = &t
+		}
+	}
+	if in.Valid&fuse.FATTR_MTIME != 0 {
+		set = true
+		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+			s.MtimeNow = true
+		} else {
+			t := time.Unix(int64(in.Mtime), int64(in.Mtimensec))
+			s.Mtime = &t
+		}
+	}
+	var a Attr
+	var err error
+	if set {
+		a, err = n.fsys.c.SetAttr(opContext(ctx), n.ino, s)
+		if s.Size != nil {
+			n.dataChanged()
+		}
+	} else {
+		a, err = n.fsys.c.GetAttr(opContext(ctx), n.ino)
+	}
+	if err != nil {
+		return n.staleOf(err)
+	}
+	fillAttr(&out.Attr, &a)
+	return 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, nil, 0, e
+	}
+	uid, gid := caller(ctx)
+	a, h, err := n.fsys.c.Create(opContext(ctx), n.ino, name, mode, uid, gid, int(flags))
+	if err != nil {
+		return nil, nil, 0, errnoOf(err)
+	}
+	child := n.newChild(ctx, &a, out)
+	return child, &fileHandle{h: h}, 0, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	uid, gid := caller(ctx)
+	a, err := n.fsys.c.Mkdir(opContext(ctx), n.ino, name, mode, uid, gid)
+	if err != nil {
+		return nil, errnoOf(err)
+	}
+	return n.newChild(ctx, &a, out), 0
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	uid, gid := caller(ctx)
+	a, err := n.fsys.c.Mknod(opContext(ctx), n.ino, name, mode, dev, uid, gid)
+	if err != nil {
+		return nil, errnoOf(err)
+	}
+	return n.newChild(ctx, &a, out), 0
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	uid, gid := caller(ctx)
+	a, err := n.fsys.c.Symlink(opContext(ctx), n.ino, name, target, uid, gid)
+	if err != nil {
+		return nil, errnoOf(err)
+	}
+	return n.newChild(ctx, &a, out), 0
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	t, err := n.fsys.c.Readlink(opContext(ctx), n.ino)
+	if err != nil {
+		return nil, n.staleOf(err)
+	}
+	n.used()
+	return []byte(t), 0
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	a, err := n.fsys.c.Link(opContext(ctx), t.ino, n.ino, name)
+	if err != nil {
+		return nil, errnoOf(err)
+	}
+	return n.newChild(ctx, &a, out), 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return errnoOf(n.fsys.c.Unlink(opContext(ctx), n.ino, name))
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return errnoOf(n.fsys.c.Rmdir(opContext(ctx), n.ino, name))
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if e := checkName(newName); e != 0 {
+		return e
+	}
+	p, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	return errnoOf(n.fsys.c.Rename(opContext(ctx), n.ino, name, p.ino, newName, flags))
+}
+
+// Open asks the target for the file's attributes before it opens it
+// (an inode without links is treated as gone, see staleOf),
+// as NFS does for close-to-open consistency: when the size, mtime or
+// ctime differ from those at the last open through this mount (or this
+// mount wrote the file since), the kernel drops its cached pages (no
+// FOPEN_KEEP_CACHE) and its cached attributes; otherwise it keeps both.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	octx := opContext(ctx)
+	a, err := n.fsys.c.GetAttr(octx, n.ino)
+	if err != nil {
+		return nil, 0, n.staleOf(err)
+	}
+	if a.Nlink == 0 {
+		// Still open somewhere, but no name leads to it any more: the
+		// kernel's cached name is stale.
+		return nil, 0, n.staleOf(syscall.ENOENT)
+	}
+	h, err := n.fsys.c.Open(octx, n.ino, int(flags))
+	if err != nil {
+		return nil, 0, n.staleOf(err)
+	}
+	n.used()
+	v := versionOf(&a)
+	n.mu.Lock()
+	keep := n.seenValid && n.seen.equal(v)
+	n.seen, n.seenValid = v, true
+	n.mu.Unlock()
+	if keep {
+		return &fileHandle{h: h}, fuse.FOPEN_KEEP_CACHE, 0
+	}
+	// Attributes only (offset -1): the pages go because the reply lacks
+	// FOPEN_KEEP_CACHE. ENOENT means the kernel holds nothing to drop.
+	_ = n.NotifyContent(-1, 0)
+	return &fileHandle{h: h}, 0, 0
+}
+
+// fileHandle is an open file: the target's handle for it.
+type fileHandle struct {
+	h Handle
+}
+
+func handleOf(f fs.FileHandle) Handle {
+	if fh, ok := f.(*fileHandle); ok {
+		return fh.h
+	}
+	return 0
+}
+
+func (n *node) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
+	if fh, ok := f.(*fileHandle); ok {
+		n.locks.releaseAll(fh)
+	}
+	return errnoOf(n.fsys.c.Release(opContext(ctx), n.ino, handleOf(f)))
+}
+
+func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	m, err := n.fsys.c.Read(opContext(ctx), n.ino, handleOf(f), dest, off)
+	if err != nil {
+		return nil, errnoOf(err)
+	}
+	return fuse.ReadResultData(dest[:m]), 0
+}
+
+func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	m, err := n.fsys.c.Write(opContext(ctx), n.ino, handleOf(f), data, off)
+	n.dataChanged()
+	if err != nil && m == 0 {
+		return 0, errnoOf(err)
+	}
+	return uint32(m), 0
+}
+
+// Flush has nothing to push: Write returns once the target has the data.
+func (n *node) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
+	return 0
+}
+
+func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	return errnoOf(n.fsys.c.Fsync(opContext(ctx), n.ino, handleOf(f), flags&1 != 0))
+}
+
+func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	err := n.fsys.c.Fallocate(opContext(ctx), n.ino, handleOf(f), mode, int64(off), int64(size))
+	n.dataChanged()
+	return errnoOf(err)
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	s, err := n.fsys.c.StatFS(opContext(ctx))
+	if err != nil {
+		return errnoOf(err)
+	}
+	*out = fuse.StatfsOut{
+		Blocks: s.Blocks, Bfree: s.Bfree, Bavail: s.Bavail,
+		Files: s.Files, Ffree: s.Ffree,
+		Bsize: s.Bsize, Frsize: s.Frsize, NameLen: s.NameLen,
+	}
+	return 0
+}
+
+// xattrReply answers a size query (empty dest) with the size, and
+// copies v into dest when it fits (ERANGE otherwise), as getxattr(2)
+// and listxattr(2) do.
+func xattrReply(v, dest []byte) (uint32, syscall.Errno) {
+	if len(dest) == 0 {
+		return uint32(len(v)), 0
+	}
+	if len(v) > len(dest) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	v, err := n.fsys.c.GetXattr(opContext(ctx), n.ino, attr)
+	if err != nil {
+		return 0, errnoOf(err)
+	}
+	return xattrReply(v, dest)
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return errnoOf(n.fsys.c.SetXattr(opContext(ctx), n.ino, attr, data, flags))
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names, err := n.fsys.c.ListXattr(opContext(ctx), n.ino)
+	if err != nil {
+		return 0, errnoOf(err)
+	}
+	var v []byte
+	for _, name := range names {
+		v = append(append(v, name...), 0)
+	}
+	return xattrReply(v, dest)
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return errnoOf(n.fsys.c.RemoveXattr(opContext(ctx), n.ino, attr))
+}
