@@ -24,6 +24,8 @@ const dirPage = 512
 // file's lock), so dirHandle needs no lock of its own.
 type dirHandle struct {
 	n      *node
+	h      Handle // the target's handle, when open
+	open   bool
 	cookie uint64     // where the next page starts
 	page   []DirEntry // the current page
 	pos    int        // next entry of page to hand out
@@ -41,8 +43,21 @@ var (
 // OpendirHandle opens a directory for listing. The kernel's directory
 // cache is not used (no FOPEN_CACHE_DIR): every listing asks the target,
 // so entries other clients made or removed show at once.
+//
+// The directory is opened on the target too, when the target keeps
+// handles of directories, so that an open directory that is removed or
+// renamed over stays valid for fstat until it is closed.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	return &dirHandle{n: n}, 0, 0
+	h, err := n.fsys.c.Open(opContext(ctx), n.ino, syscall.O_RDONLY|syscall.O_DIRECTORY)
+	switch e := errnoOf(err); e {
+	case 0:
+		n.used()
+		return &dirHandle{n: n, h: h, open: true}, 0, 0
+	case syscall.EISDIR:
+		return &dirHandle{n: n}, 0, 0
+	default:
+		return nil, 0, n.staleOf(err)
+	}
 }
 
 func (d *dirHandle) fill(ctx context.Context) syscall.Errno {
@@ -97,4 +112,8 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	return 0
 }
 
-func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {}
+func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
+	if d.open {
+		_ = d.n.fsys.c.Release(opContext(ctx), d.n.ino, d.h)
+	}
+}

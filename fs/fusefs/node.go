@@ -2,7 +2,9 @@ package fusefs
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // maxNameLen is the longest name a directory entry may have, in bytes.
@@ -66,6 +69,7 @@ var (
 	_ = (fs.NodeSetattrer)((*node)(nil))
 	_ = (fs.NodeCreater)((*node)(nil))
 	_ = (fs.NodeMkdirer)((*node)(nil))
+	_ = (fs.NodeTmpfiler)((*node)(nil))
 	_ = (fs.NodeMknoder)((*node)(nil))
 	_ = (fs.NodeSymlinker)((*node)(nil))
 	_ = (fs.NodeReadlinker)((*node)(nil))
@@ -275,6 +279,31 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errnoOf(err)
 	}
 	child := n.newChild(ctx, &a, out)
+	return child, &fileHandle{h: h}, 0, 0
+}
+
+// Tmpfile makes an unnamed file (open with O_TMPFILE): the target has
+// no such operation, so it creates the file under a unique hidden name
+// and unlinks it at once, keeping it open. Other clients can see the
+// name for that moment.
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	var r [8]byte
+	_, _ = rand.Read(r[:])
+	name := fmt.Sprintf(".capsule-tmpfile-%x", r)
+	uid, gid := caller(ctx)
+	octx := opContext(ctx)
+	flags &^= syscall.O_TRUNC | unix.O_TMPFILE
+	a, h, err := n.fsys.c.Create(octx, n.ino, name, syscall.S_IFREG|mode&0o7777, uid, gid, int(flags)|syscall.O_CREAT|syscall.O_EXCL)
+	if err != nil {
+		return nil, nil, 0, errnoOf(err)
+	}
+	if err := n.fsys.c.Unlink(octx, n.ino, name); err != nil {
+		_ = n.fsys.c.Release(octx, a.Ino, h)
+		return nil, nil, 0, errnoOf(err)
+	}
+	a.Nlink = 0
+	fillAttr(&out.Attr, &a)
+	child := n.NewInode(ctx, &node{fsys: n.fsys, ino: a.Ino}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(a.Ino), Gen: a.Gen})
 	return child, &fileHandle{h: h}, 0, 0
 }
 
