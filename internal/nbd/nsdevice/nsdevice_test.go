@@ -1,0 +1,230 @@
+package nsdevice
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/nbd"
+	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/nvmeof/blockdev"
+	"github.com/capsule-storage/capsule/nvmeof/host"
+	"github.com/capsule-storage/capsule/nvmeof/target"
+	_ "github.com/capsule-storage/capsule/rdma/providers"
+)
+
+const nqn = "nqn.2026-11.io.capsule:nsdevice-test"
+
+// bridge starts a target with a memory namespace in this process, a
+// host connected to it over iwarp with two I/O queues, and an NBD server
+// of the namespace on loopback; it returns the NBD address and the
+// target's device.
+func bridge(t *testing.T) (string, *blockdev.Memory) {
+	t.Helper()
+	tgt, err := target.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { tgt.Close() })
+	sub, err := tgt.AddSubsystem(target.SubsystemConfig{NQN: nqn, AllowAnyHost: true})
+	require.NoError(t, err)
+	dev, err := blockdev.NewMemory(4 << 20)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(target.NamespaceConfig{NSID: 1, Device: dev, BlockSize: 512})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// iwarp, not shm: the race detector sees the synchronization of TCP
+	// sockets, not of shared memory.
+	addr, err := tgt.Listen(ctx, "iwarp://127.0.0.1:0")
+	require.NoError(t, err)
+	c, err := host.Dial(ctx, addr, host.WithSubsystem(nqn), host.WithQueues(2), host.WithQueueDepth(16))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	ns, err := c.Namespace(1)
+	require.NoError(t, err)
+	exp, err := Export(ns, "ns1", "test namespace", 16)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(512), exp.MinBlock)
+	assert.True(t, exp.MultiConn)
+	s := &nbd.Server{Exports: []nbd.Export{exp}, Slots: 16}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	t.Cleanup(func() {
+		require.NoError(t, s.Shutdown(context.Background()))
+		require.ErrorIs(t, <-served, nbd.ErrServerClosed)
+	})
+	return l.Addr().String(), dev
+}
+
+// rawClient speaks just enough NBD for these tests: NBD_OPT_EXPORT_NAME
+// and simple replies.
+type rawClient struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	size uint64
+	mu   sync.Mutex // serializes writes of requests
+}
+
+func dialRaw(t *testing.T, addr, name string) *rawClient {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close() })
+	c := &rawClient{nc: nc, br: bufio.NewReader(nc)}
+	g := make([]byte, nbd.GreetingSize)
+	_, err = io.ReadFull(c.br, g)
+	require.NoError(t, err)
+	h, _ := (&nbd.OptionHeader{Option: nbd.OptExportName, Length: uint32(len(name))}).MarshalBinary()
+	msg := append(binary.BigEndian.AppendUint32(nil, nbd.ClientFlagFixedNewstyle|nbd.ClientFlagNoZeroes), h...)
+	_, err = nc.Write(append(msg, name...))
+	require.NoError(t, err)
+	r := make([]byte, nbd.ExportNameReplySize)
+	_, err = io.ReadFull(c.br, r)
+	require.NoError(t, err)
+	c.size = binary.BigEndian.Uint64(r)
+	return c
+}
+
+func (c *rawClient) send(t *testing.T, typ nbd.Command, flags uint16, cookie, off uint64, n uint32, payload []byte) {
+	t.Helper()
+	b, _ := (&nbd.Request{Flags: flags, Type: typ, Cookie: cookie, Offset: off, Length: n}).MarshalBinary()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.nc.Write(append(b, payload...))
+	require.NoError(t, err)
+}
+
+// reply reads a simple reply and, for a successful read of n bytes, its data.
+func (c *rawClient) reply(t *testing.T, n map[uint64]int) (uint64, nbd.Errno, []byte) {
+	t.Helper()
+	h := make([]byte, nbd.SimpleReplySize)
+	_, err := io.ReadFull(c.br, h)
+	require.NoError(t, err)
+	require.Equal(t, nbd.MagicSimpleReply, binary.BigEndian.Uint32(h))
+	cookie, errno := binary.BigEndian.Uint64(h[8:]), nbd.Errno(binary.BigEndian.Uint32(h[4:]))
+	var data []byte
+	if errno == 0 && n[cookie] > 0 {
+		data = make([]byte, n[cookie])
+		_, err = io.ReadFull(c.br, data)
+		require.NoError(t, err)
+	}
+	return cookie, errno, data
+}
+
+// TestBridgeCommands runs every NBD command through the host library to
+// a real target and checks the namespace's bytes.
+func TestBridgeCommands(t *testing.T) {
+	addr, dev := bridge(t)
+	c := dialRaw(t, addr, "ns1")
+	require.Equal(t, uint64(4<<20), c.size)
+	p := make([]byte, 64<<10)
+	for i := range p {
+		p[i] = byte(i*7 + 1)
+	}
+	c.send(t, nbd.CmdWrite, nbd.CmdFlagFUA, 1, 8192, uint32(len(p)), p)
+	_, errno, _ := c.reply(t, nil)
+	require.Zero(t, errno)
+	got := make([]byte, len(p))
+	_, err := dev.ReadAt(got, 8192)
+	require.NoError(t, err)
+	require.Equal(t, p, got, "the write reached the target's device")
+
+	c.send(t, nbd.CmdRead, 0, 2, 8192+512, 1024, nil)
+	_, errno, data := c.reply(t, map[uint64]int{2: 1024})
+	require.Zero(t, errno)
+	require.Equal(t, p[512:1536], data)
+
+	c.send(t, nbd.CmdWriteZeroes, 0, 3, 8192, 4096, nil)
+	c.send(t, nbd.CmdTrim, nbd.CmdFlagFUA, 4, 8192+4096, 4096, nil) // FUA trim: durable zeroes
+	c.send(t, nbd.CmdFlush, 0, 5, 0, 0, nil)
+	for range 3 {
+		_, errno, _ := c.reply(t, nil)
+		require.Zero(t, errno)
+	}
+	_, err = dev.ReadAt(got[:8192], 8192)
+	require.NoError(t, err)
+	require.Equal(t, make([]byte, 8192), got[:8192])
+
+	c.send(t, nbd.CmdRead, 0, 6, 4<<20-512, 1024, nil)
+	cookie, errno, _ := c.reply(t, nil)
+	assert.Equal(t, uint64(6), cookie)
+	assert.Equal(t, nbd.EINVAL, errno, "past the end")
+	c.send(t, nbd.CmdWrite, 0, 7, 100, 512, make([]byte, 512))
+	_, errno, _ = c.reply(t, nil)
+	assert.Equal(t, nbd.EINVAL, errno, "not on a block boundary")
+}
+
+// TestBridgeConnectionsAtOnce runs four connections, each with many
+// requests in flight, writing disjoint ranges, then reads all back
+// through another connection.
+func TestBridgeConnectionsAtOnce(t *testing.T) {
+	addr, _ := bridge(t)
+	const conns, per, bs = 4, 64, 4096
+	want := make([]byte, conns*per*bs)
+	for i := range want {
+		want[i] = byte(rand.Uint32())
+	}
+	var wg sync.WaitGroup
+	for k := range conns {
+		c := dialRaw(t, addr, "")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				off := (k*per + i) * bs
+				c.send(t, nbd.CmdWrite, 0, uint64(i), uint64(off), bs, want[off:off+bs])
+			}
+		}()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seen := map[uint64]bool{}
+			for range per {
+				cookie, errno, _ := c.reply(t, nil)
+				assert.Zero(t, errno)
+				assert.False(t, seen[cookie])
+				seen[cookie] = true
+			}
+		}()
+	}
+	wg.Wait()
+	c := dialRaw(t, addr, "")
+	c.send(t, nbd.CmdRead, 0, 1, 0, uint32(len(want)), nil)
+	_, errno, data := c.reply(t, map[uint64]int{1: len(want)})
+	require.Zero(t, errno)
+	require.True(t, bytes.Equal(want, data))
+}
+
+func TestErrnoMapping(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want nbd.Errno
+	}{
+		{host.ErrOutOfRange, nbd.EINVAL},
+		{fmt.Errorf("x: %w", host.ErrUnaligned), nbd.EINVAL},
+		{host.ErrNotSupported, nbd.EINVAL},
+		{&host.CommandError{Status: nvmeof.StatusLBAOutOfRange}, nbd.ENOSPC},
+		{&host.CommandError{Status: nvmeof.StatusCapacityExceeded}, nbd.ENOSPC},
+		{&host.CommandError{Status: nvmeof.StatusLBAOutOfRange.WithDNR()}, nbd.ENOSPC},
+		{host.ErrControllerLost, nbd.EIO},
+		{io.ErrUnexpectedEOF, nbd.EIO},
+	} {
+		var e nbd.Errno
+		err := errnoError(tc.err)
+		require.ErrorAs(t, err, &e)
+		assert.Equal(t, tc.want, e, "%v", tc.err)
+		assert.ErrorIs(t, err, tc.err, "the cause is kept")
+	}
+}
