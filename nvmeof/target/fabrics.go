@@ -44,6 +44,13 @@ func prepareConnect(r *request) nvmeof.Status {
 	if r.q.connected {
 		return r.fail(nvmeof.StatusCommandSequenceError.WithDNR(), nvmeof.CommandOffsetFCTYPE)
 	}
+	if r.q.qidFromConnect {
+		// NVMe/TCP: the Connect command names the queue.
+		if int(x.QID) > r.q.t.cfg.maxIOQueues {
+			return invalidParameter(r, false, nvmeof.ConnectOffsetQID)
+		}
+		r.q.qid = x.QID
+	}
 	if x.QID != r.q.qid {
 		// The transport's connection was made for another queue.
 		return invalidParameter(r, false, nvmeof.ConnectOffsetQID)

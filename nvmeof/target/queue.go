@@ -57,6 +57,9 @@ type queue struct {
 	// maxEntries is the most entries the transport can hold for this
 	// queue (RDMA: HSQSIZE+1 of the connection request).
 	maxEntries int
+	// qidFromConnect: the transport's connection does not name the queue
+	// (NVMe/TCP), so the Connect command sets qid.
+	qidFromConnect bool
 
 	// draining is set on the queue's goroutine when the binding starts a
 	// drain: new commands are answered with Command Aborted due to SQ
