@@ -117,6 +117,11 @@ const (
 	TCPDataOffsetDATAL = 16 // 4 bytes, Data Length (R2TL in an R2T)
 )
 
+// TSASOffsetTCPSECTYPE is the offset of SECTYPE in the TSAS of a TCP
+// discovery log entry (TCPSecType* values); the other TSAS bytes of a TCP
+// entry without TLS are zero.
+const TSASOffsetTCPSECTYPE = 0
+
 // TCPDigestTypes is the DGST byte of ICReq and ICResp.
 type TCPDigestTypes uint8
 

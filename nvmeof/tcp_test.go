@@ -222,7 +222,7 @@ func TestTCPDigest(t *testing.T) {
 func TestTCPDataOffset(t *testing.T) {
 	assert.Equal(t, 72, TCPDataOffset(72, 0))
 	assert.Equal(t, 76, TCPDataOffset(76, 0))
-	assert.Equal(t, 80, TCPDataOffset(72, 3))  // 16-byte alignment
+	assert.Equal(t, 80, TCPDataOffset(72, 3))   // 16-byte alignment
 	assert.Equal(t, 128, TCPDataOffset(28, 31)) // 128-byte alignment
 }
 

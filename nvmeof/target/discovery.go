@@ -64,9 +64,12 @@ func (t *Target) discoveryLogPage(hostNQN string) []byte {
 }
 
 // discoveryEntry returns the transport fields of a discovery log entry
-// for an RDMA listener URL (fault+ wrappers are described as the
-// transport they wrap):
+// for a listener URL (fault+ wrappers are described as the transport they
+// wrap):
 //
+//	tcp://ADDR:PORT    TRTYPE TCP (3), ADRFAM IPv4 or IPv6, TRADDR ADDR,
+//	                   TRSVCID PORT, TSAS: SECTYPE 0 (no security), the
+//	                   rest zero
 //	iwarp://ADDR:PORT  TRTYPE RDMA, ADRFAM IPv4 or IPv6, TRADDR ADDR,
 //	                   TRSVCID PORT, TSAS: RC QP, PRTYPE iWARP, CMS RDMA_CM
 //	rdma://ADDR:PORT   the same with PRTYPE "not specified" (the NIC decides)
@@ -97,7 +100,7 @@ func discoveryEntry(url string, portID uint16) (nvmeof.DiscoveryLogEntry, error)
 	case "shm":
 		e.ADRFAM = nvmeof.AddressFamilyIntraHost
 		e.TRADDR = rest
-	case "iwarp", "rdma":
+	case "iwarp", "rdma", "tcp":
 		host, port, err := net.SplitHostPort(rest)
 		if err != nil {
 			return e, fmt.Errorf("target: listener address %q: %w", url, err)
@@ -112,6 +115,12 @@ func discoveryEntry(url string, portID uint16) (nvmeof.DiscoveryLogEntry, error)
 		e.TRADDR, e.TRSVCID = host, port
 		if scheme == "iwarp" {
 			tsas.Provider = nvmeof.RDMAProviderIWARP
+		}
+		if scheme == "tcp" {
+			e.TRTYPE = nvmeof.TransportTCP
+			e.TSAS = [nvmeof.TSASSize]byte{}
+			e.TSAS[nvmeof.TSASOffsetTCPSECTYPE] = nvmeof.TCPSecTypeNone
+			return e, nil
 		}
 	default:
 		return e, fmt.Errorf("target: listener address %q: scheme %q has no NVMe-oF binding", url, scheme)

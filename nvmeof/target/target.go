@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,9 +132,11 @@ func (t *Target) lookupSubsystem(nqn string) *Subsystem {
 
 // Listen starts accepting hosts at url and returns the address it
 // listens on (with the real port when url asked for port 0). Every
-// subsystem is reachable through every listener. The schemes are those of
-// package rdma (iwarp://, shm://, rdma://, fault+…); the program must
-// link the providers in (import rdma/providers).
+// subsystem is reachable through every listener. tcp://HOST:PORT serves
+// NVMe/TCP (4420 is the usual I/O port, 8009 the discovery port;
+// fault+tcp:// lets internal/netfault cut its connections). The other
+// schemes are those of package rdma (iwarp://, shm://, rdma://, fault+…);
+// the program must link the providers in (import rdma/providers).
 func (t *Target) Listen(ctx context.Context, url string) (string, error) {
 	t.mu.Lock()
 	if t.closed {
@@ -149,7 +152,13 @@ func (t *Target) Listen(ctx context.Context, url string) (string, error) {
 	portID := uint16(len(t.listeners) + 1)
 	t.mu.Unlock()
 
-	l, err := listenRDMA(ctx, t, url, portID)
+	var l listener
+	var err error
+	if strings.HasPrefix(url, "tcp://") || strings.HasPrefix(url, "fault+tcp://") {
+		l, err = listenTCP(ctx, t, url, portID)
+	} else {
+		l, err = listenRDMA(ctx, t, url, portID)
+	}
 	if err != nil {
 		return "", err
 	}

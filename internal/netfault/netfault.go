@@ -1,0 +1,120 @@
+// Package netfault wraps a net.Listener so that tests can cut every
+// connection it accepted, the TCP counterpart of the cut in rdma/fault.
+// A cut closes both ends' sockets at once, as a lost network path or a
+// reset would: the peer sees EOF or a reset, whatever was in flight is
+// lost.
+//
+//	ln, _ := netfault.Listen("tcp", "127.0.0.1:0")
+//	netfault.Register("fault+tcp://"+ln.Addr().String(), ln.Injector())
+//	...
+//	netfault.For("fault+tcp://127.0.0.1:4420").Cut()
+//
+// Every method is safe for concurrent use.
+//
+// Libraries: the standard library only.
+package netfault
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// Injector cuts the connections of one listener.
+type Injector struct {
+	mu    sync.Mutex // guards conns
+	conns map[net.Conn]struct{}
+	cuts  atomic.Int64
+}
+
+// Cut closes every connection accepted so far that is still open.
+func (i *Injector) Cut() {
+	i.mu.Lock()
+	conns := make([]net.Conn, 0, len(i.conns))
+	for c := range i.conns {
+		conns = append(conns, c)
+	}
+	clear(i.conns)
+	i.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	i.cuts.Add(1)
+}
+
+// Cuts returns how many times Cut ran.
+func (i *Injector) Cuts() int { return int(i.cuts.Load()) }
+
+// Listener is a net.Listener whose connections an Injector can cut.
+type Listener struct {
+	net.Listener
+	inj *Injector
+}
+
+// Listen listens as net.Listen does.
+func Listen(network, addr string) (*Listener, error) {
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{Listener: ln, inj: &Injector{conns: map[net.Conn]struct{}{}}}, nil
+}
+
+// Injector returns the listener's injector.
+func (l *Listener) Injector() *Injector { return l.inj }
+
+// Accept accepts a connection and tracks it for Cut.
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &conn{Conn: c, inj: l.inj}
+	l.inj.mu.Lock()
+	l.inj.conns[tc] = struct{}{}
+	l.inj.mu.Unlock()
+	return tc, nil
+}
+
+// conn forgets itself when closed. It keeps the *net.TCPConn methods the
+// code above uses through Unwrap.
+type conn struct {
+	net.Conn
+	inj *Injector
+}
+
+func (c *conn) Close() error {
+	c.inj.mu.Lock()
+	delete(c.inj.conns, c)
+	c.inj.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// Unwrap returns the underlying connection.
+func (c *conn) Unwrap() net.Conn { return c.Conn }
+
+var (
+	regMu    sync.Mutex // guards registry
+	registry = map[string]*Injector{}
+)
+
+// Register makes inj findable by url.
+func Register(url string, inj *Injector) {
+	regMu.Lock()
+	registry[url] = inj
+	regMu.Unlock()
+}
+
+// Unregister forgets url.
+func Unregister(url string) {
+	regMu.Lock()
+	delete(registry, url)
+	regMu.Unlock()
+}
+
+// For returns the injector registered for url, or nil.
+func For(url string) *Injector {
+	regMu.Lock()
+	defer regMu.Unlock()
+	return registry[url]
+}
