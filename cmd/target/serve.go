@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,7 +53,8 @@ const (
 // usable; defaultServeConfig is, and Validate says what is wrong with any
 // other.
 type serveConfig struct {
-	// Listeners are RDMA URLs: iwarp://HOST:PORT, shm://NAME, rdma://HOST:PORT.
+	// Listeners are tcp://HOST:PORT (NVMe/TCP) or RDMA URLs:
+	// iwarp://HOST:PORT, shm://NAME, rdma://HOST:PORT.
 	Listeners []string
 	// DataDir is where relative file namespace paths live, and the
 	// erasure-coded store's devices DATA/dev0 … DATA/dev{K+M-1} unless
@@ -194,7 +196,7 @@ func (c *serveConfig) Validate() error {
 		return errors.New("no --listen address")
 	}
 	for _, u := range c.Listeners {
-		if _, _, err := rdma.ParseURL(u); err != nil {
+		if err := checkListenURL(u); err != nil {
 			return fmt.Errorf("--listen %s: %w", u, err)
 		}
 	}
@@ -255,6 +257,23 @@ func (c *serveConfig) Validate() error {
 	return nil
 }
 
+// checkListenURL checks a --listen URL: tcp://HOST:PORT (NVMe/TCP), or
+// an RDMA URL of package rdma.
+func checkListenURL(u string) error {
+	if rest, ok := strings.CutPrefix(u, "tcp://"); ok {
+		_, port, err := net.SplitHostPort(rest)
+		if err != nil {
+			return err
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+		}
+		return nil
+	}
+	_, _, err := rdma.ParseURL(u)
+	return err
+}
+
 // localListener reports whether only this machine can reach url: shm://,
 // or a loopback address.
 func localListener(url string) bool {
@@ -282,7 +301,7 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 		Name:  "serve",
 		Usage: "serve NVMe-oF: one subsystem with its namespaces, and discovery, on every listener",
 		Description: "Serves one NVM subsystem (--nqn) and the discovery subsystem over NVMe/RDMA on every\n" +
-			"--listen URL (iwarp://HOST:PORT, shm://NAME, rdma://HOST:PORT). Each --namespace adds a\n" +
+			"--listen URL (tcp://HOST:PORT for NVMe/TCP, iwarp://HOST:PORT, shm://NAME, rdma://HOST:PORT). Each --namespace adds a\n" +
 			"namespace, NSID 1 first:\n" +
 			"  ec:NAME:SIZE      volume NAME of the erasure-coded store: created thin on first start,\n" +
 			"                    opened after (with the same SIZE: a volume's size never changes)\n" +

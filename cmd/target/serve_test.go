@@ -122,6 +122,11 @@ func TestServeFlags(t *testing.T) {
 	cfg, err = parseServe(t, "--listen", "iwarp://0.0.0.0:4420", "--allow-any-host")
 	require.NoError(t, err)
 	assert.True(t, cfg.AllowAnyHost)
+
+	cfg, err = parseServe(t, "--listen", "tcp://127.0.0.1:4420", "--listen", "tcp://127.0.0.1:8009")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"tcp://127.0.0.1:4420", "tcp://127.0.0.1:8009"}, cfg.Listeners)
+	assert.True(t, cfg.AllowAnyHost, "NVMe/TCP on loopback")
 }
 
 func TestServeFlagValidation(t *testing.T) {
@@ -132,6 +137,9 @@ func TestServeFlagValidation(t *testing.T) {
 		{[]string{"--listen", "iwarp://0.0.0.0:4420"}, "not on loopback"},
 		{[]string{"--listen", "iwarp://10.0.0.1:4420", "--listen", "shm://x"}, "--allow-host"},
 		{[]string{"--listen", "nvme://127.0.0.1:1"}, "--listen"},
+		{[]string{"--listen", "tcp://0.0.0.0:4420"}, "not on loopback"},
+		{[]string{"--listen", "tcp://127.0.0.1:http"}, "--listen"},
+		{[]string{"--listen", "tcp://127.0.0.1"}, "--listen"},
 		{[]string{"--namespace", "disk:1GiB"}, "kind"},
 		{[]string{"--namespace", "mem:1000"}, "multiple of the 512-byte block"},
 		{[]string{"--namespace", "mem:1MiB", "--block-size", "1024"}, "--block-size"},
