@@ -34,6 +34,7 @@ package nsdevice
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/capsule-storage/capsule/internal/nbd"
 	"github.com/capsule-storage/capsule/nvmeof"
@@ -51,6 +52,8 @@ func Export(ns *host.Namespace, name, description string, slots int) (nbd.Export
 		slots = nbd.DefaultSlots
 	}
 	oncs := info.Identify.ONCS
+	dur := &durability{}
+	dur.dirty.Store(noDirty)
 	return nbd.Export{
 		Name:        name,
 		Description: description,
@@ -60,28 +63,68 @@ func Export(ns *host.Namespace, name, description string, slots int) (nbd.Export
 		WriteZeroes: oncs&nvmeof.ONCSWriteZeroes != 0,
 		MultiConn:   true,
 		Open: func(conn int) (nbd.Device, error) {
-			return newDevice(ns, conn, slots), nil
+			return newDevice(ns, conn, slots, dur), nil
 		},
 	}, nil
 }
+
+// noDirty marks that no acknowledged write waits for a flush.
+const noDirty = -1
+
+// durability is shared by every connection of an export. A flush must
+// not succeed when writes it covers may have been lost: a write the
+// controller acknowledged into its volatile cache is gone if the
+// controller is lost (a killed target) before a flush, and a flush
+// resubmitted to the new association would cover nothing of it. So each
+// acknowledged non-FUA write marks the export dirty with the connection
+// epoch (the host's loss count) it completed in; a flush claims the
+// marks present when it starts, and if the epoch moved on since the
+// oldest of them, the flush is answered EIO. A failed flush puts its
+// claim back.
+type durability struct {
+	// dirty is the oldest epoch with acknowledged writes no flush has
+	// claimed, or noDirty.
+	dirty atomic.Int64
+}
+
+// markDirty records an acknowledged write completed in epoch e.
+func (d *durability) markDirty(e int64) {
+	for {
+		old := d.dirty.Load()
+		if old != noDirty && old <= e {
+			return
+		}
+		if d.dirty.CompareAndSwap(old, e) {
+			return
+		}
+	}
+}
+
+// epoch is the controller's connection epoch: how many times it was lost.
+func epoch(c *host.Controller) int64 { return int64(c.Stats().Losses) }
 
 // device is one connection's view of the namespace.
 type device struct {
 	ns    *host.Namespace
 	queue int
 	zero  bool // the controller has Write Zeroes
+	dur   *durability
 	reqs  []host.Request
 	ops   []*nbd.Op
+	// claims holds, per slot, the dirty epoch a flush claimed.
+	claims []int64
 }
 
-func newDevice(ns *host.Namespace, queue, slots int) *device {
+func newDevice(ns *host.Namespace, queue, slots int, dur *durability) *device {
 	info, _ := ns.Controller().Info()
 	d := &device{
-		ns:    ns,
-		queue: queue,
-		zero:  info.Identify.ONCS&nvmeof.ONCSWriteZeroes != 0,
-		reqs:  make([]host.Request, slots),
-		ops:   make([]*nbd.Op, slots),
+		ns:     ns,
+		queue:  queue,
+		zero:   info.Identify.ONCS&nvmeof.ONCSWriteZeroes != 0,
+		dur:    dur,
+		reqs:   make([]host.Request, slots),
+		ops:    make([]*nbd.Op, slots),
+		claims: make([]int64, slots),
 	}
 	done := d.done
 	for i := range d.reqs {
@@ -107,6 +150,7 @@ func (d *device) Submit(op *nbd.Op) {
 		r.Op, r.Buf, r.FUA = host.OpWrite, op.Buf, op.FUA
 	case nbd.CmdFlush:
 		r.Op, r.Offset = host.OpFlush, 0
+		d.claims[op.Slot] = d.dur.dirty.Swap(noDirty)
 	case nbd.CmdWriteZeroes:
 		r.Op, r.Length, r.FUA = host.OpWriteZeroes, op.Length, op.FUA
 	case nbd.CmdTrim:
@@ -121,6 +165,9 @@ func (d *device) Submit(op *nbd.Op) {
 	if err := d.ns.SubmitOn(d.queue, r); err != nil {
 		d.ops[op.Slot] = nil
 		r.Buf = nil
+		if r.Op == host.OpFlush && d.claims[op.Slot] != noDirty {
+			d.dur.markDirty(d.claims[op.Slot])
+		}
 		op.Complete(errnoError(err))
 	}
 }
@@ -130,6 +177,24 @@ func (d *device) done(r *host.Request) {
 	op := d.ops[r.Tag]
 	d.ops[r.Tag] = nil
 	r.Buf = nil
+	switch r.Op {
+	case host.OpFlush:
+		claim := d.claims[r.Tag]
+		if r.Err != nil {
+			if claim != noDirty {
+				d.dur.markDirty(claim)
+			}
+			break
+		}
+		if claim != noDirty && claim < epoch(d.ns.Controller()) {
+			op.Complete(fmt.Errorf("%w: the connection to the controller was lost after writes this flush covers were acknowledged; they may be gone", nbd.EIO))
+			return
+		}
+	case host.OpWrite, host.OpWriteZeroes, host.OpDiscard:
+		if r.Err == nil && !r.FUA {
+			d.dur.markDirty(epoch(d.ns.Controller()))
+		}
+	}
 	if r.Err != nil {
 		op.Complete(errnoError(r.Err))
 		return

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 	"github.com/capsule-storage/capsule/nvmeof/target"
+	"github.com/capsule-storage/capsule/rdma/fault"
 	_ "github.com/capsule-storage/capsule/rdma/providers"
 )
 
@@ -31,6 +33,14 @@ const nqn = "nqn.2026-11.io.capsule:nsdevice-test"
 // of the namespace on loopback; it returns the NBD address and the
 // target's device.
 func bridge(t *testing.T) (string, *blockdev.Memory) {
+	t.Helper()
+	addr, dev, _, _ := bridgeAt(t, "iwarp://127.0.0.1:0")
+	return addr, dev
+}
+
+// bridgeAt is bridge with the target listening at url; it also returns
+// the host's controller and the target's address.
+func bridgeAt(t *testing.T, url string) (string, *blockdev.Memory, *host.Controller, string) {
 	t.Helper()
 	tgt, err := target.New()
 	require.NoError(t, err)
@@ -45,9 +55,10 @@ func bridge(t *testing.T) (string, *blockdev.Memory) {
 	defer cancel()
 	// iwarp, not shm: the race detector sees the synchronization of TCP
 	// sockets, not of shared memory.
-	addr, err := tgt.Listen(ctx, "iwarp://127.0.0.1:0")
+	addr, err := tgt.Listen(ctx, url)
 	require.NoError(t, err)
-	c, err := host.Dial(ctx, addr, host.WithSubsystem(nqn), host.WithQueues(2), host.WithQueueDepth(16))
+	c, err := host.Dial(ctx, addr, host.WithSubsystem(nqn), host.WithQueues(2), host.WithQueueDepth(16),
+		host.WithReconnectDelay(10*time.Millisecond, 100*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	ns, err := c.Namespace(1)
@@ -65,7 +76,7 @@ func bridge(t *testing.T) (string, *blockdev.Memory) {
 		require.NoError(t, s.Shutdown(context.Background()))
 		require.ErrorIs(t, <-served, nbd.ErrServerClosed)
 	})
-	return l.Addr().String(), dev
+	return l.Addr().String(), dev, c, addr
 }
 
 // rawClient speaks just enough NBD for these tests: NBD_OPT_EXPORT_NAME
@@ -227,4 +238,35 @@ func TestErrnoMapping(t *testing.T) {
 		assert.Equal(t, tc.want, e, "%v", tc.err)
 		assert.ErrorIs(t, err, tc.err, "the cause is kept")
 	}
+}
+
+// TestFlushAfterLoss cuts the connection to the controller after a write
+// was acknowledged and before it was flushed: the next flush must fail
+// (the write may have died with the controller's cache), the one after
+// it succeed, and writes and flushes after the reconnect work as usual.
+func TestFlushAfterLoss(t *testing.T) {
+	addr, _, ctrl, tgtURL := bridgeAt(t, "fault+iwarp://127.0.0.1:0")
+	c := dialRaw(t, addr, "")
+	p := bytes.Repeat([]byte{0x5a}, 4096)
+	roundTrip := func(typ nbd.Command, flags uint16, off uint64, n uint32, payload []byte) nbd.Errno {
+		t.Helper()
+		c.send(t, typ, flags, 1, off, n, payload)
+		_, errno, _ := c.reply(t, nil)
+		return errno
+	}
+	require.Zero(t, roundTrip(nbd.CmdWrite, 0, 0, 4096, p))
+	require.Zero(t, roundTrip(nbd.CmdFlush, 0, 0, 0, nil), "no loss: the flush covers the write")
+
+	require.Zero(t, roundTrip(nbd.CmdWrite, 0, 4096, 4096, p))
+	require.Zero(t, roundTrip(nbd.CmdWrite, nbd.CmdFlagFUA, 8192, 4096, p))
+	require.Positive(t, fault.For(strings.TrimPrefix(tgtURL, "fault+iwarp://")).Cut())
+	require.Eventually(t, func() bool {
+		return ctrl.Stats().Reconnects >= 1 && ctrl.State() == host.StateLive
+	}, 30*time.Second, 10*time.Millisecond)
+	assert.Equal(t, nbd.EIO, roundTrip(nbd.CmdFlush, 0, 0, 0, nil), "a write acknowledged before the loss was never flushed")
+	assert.Zero(t, roundTrip(nbd.CmdFlush, 0, 0, 0, nil), "the failure was reported once")
+	require.Zero(t, roundTrip(nbd.CmdWrite, nbd.CmdFlagFUA, 8192, 4096, p))
+	require.Zero(t, roundTrip(nbd.CmdFlush, 0, 0, 0, nil), "a FUA write needs no flush")
+	require.Zero(t, roundTrip(nbd.CmdWrite, 0, 8192, 4096, p))
+	require.Zero(t, roundTrip(nbd.CmdFlush, 0, 0, 0, nil), "writes after the reconnect flush as usual")
 }
