@@ -1,0 +1,255 @@
+// Command fusebench holds the baselines of capsule's FUSE benchmark (R6
+// in shared/PERFORMANCE.md) and its metadata workload; scripts/fusebench.sh
+// drives it with fio beside bin/mount.
+//
+//	fusebench null [--size BYTES] [--splice] [--max-readahead BYTES] MOUNTPOINT
+//	    mounts the null file system: one regular file, "data", whose
+//	    reads are answered from a buffer in memory and whose writes are
+//	    dropped, opened with direct_io, with MaxWrite 1 MiB as capsule's
+//	    mount. It is the FUSE ceiling of the machine.
+//	fusebench loopback [--splice] DIR MOUNTPOINT
+//	    mounts go-fuse's loopback file system of DIR (the metadata
+//	    baseline, over tmpfs).
+//	fusebench meta [--files N] DIR
+//	    creates, stats and unlinks N files in DIR and prints each rate
+//	    per second: "meta create=R stat=R unlink=R".
+//
+// The mount modes print "fusebench mounted at MOUNTPOINT" once the mount
+// is live and unmount on SIGINT or SIGTERM. The node types here exist
+// for the benchmark only and serve no other purpose.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "null":
+		err = runNull(os.Args[2:])
+	case "loopback":
+		err = runLoopback(os.Args[2:])
+	case "meta":
+		err = runMeta(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fusebench:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: fusebench null [--size BYTES] [--splice] MOUNTPOINT | loopback [--splice] DIR MOUNTPOINT | meta [--files N] DIR")
+	os.Exit(2)
+}
+
+// mountOptions are capsule's mount's FUSE settings, for a fair baseline.
+func mountOptions(splice bool, readAhead int) *fs.Options {
+	sec := time.Second
+	return &fs.Options{
+		MountOptions: fuse.MountOptions{
+			MaxWrite:      1 << 20,
+			MaxReadAhead:  readAhead,
+			DisableSplice: !splice,
+			FsName:        "fusebench",
+			Name:          "fusebench",
+		},
+		AttrTimeout:  &sec,
+		EntryTimeout: &sec,
+	}
+}
+
+// serve mounts root at mnt, reports it live and serves until a signal.
+func serve(mnt string, root fs.InodeEmbedder, o *fs.Options) error {
+	server, err := fs.Mount(mnt, root, o)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(mnt); err != nil {
+		server.Unmount()
+		return err
+	}
+	fmt.Printf("fusebench mounted at %s\n", mnt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	done := make(chan struct{})
+	go func() {
+		server.Wait()
+		close(done)
+	}()
+	select {
+	case <-ctx.Done():
+		return server.Unmount()
+	case <-done:
+		return nil
+	}
+}
+
+// nullRoot is the null file system's root: one file, "data".
+type nullRoot struct {
+	fs.Inode
+	size    uint64
+	pattern []byte // 1 MiB of data every read copies from
+}
+
+// nullFile is the null file system's only file.
+type nullFile struct {
+	fs.Inode
+	root *nullRoot
+}
+
+var (
+	_ = (fs.NodeLookuper)((*nullRoot)(nil))
+	_ = (fs.NodeReaddirer)((*nullRoot)(nil))
+	_ = (fs.NodeGetattrer)((*nullFile)(nil))
+	_ = (fs.NodeOpener)((*nullFile)(nil))
+	_ = (fs.NodeReader)((*nullFile)(nil))
+	_ = (fs.NodeWriter)((*nullFile)(nil))
+	_ = (fs.NodeSetattrer)((*nullFile)(nil))
+)
+
+func (r *nullRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if name != "data" {
+		return nil, syscall.ENOENT
+	}
+	f := &nullFile{root: r}
+	out.Attr.Mode = syscall.S_IFREG | 0o644
+	out.Attr.Size = r.size
+	return r.NewInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: 2}), 0
+}
+
+func (r *nullRoot) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	return fs.NewListDirStream([]fuse.DirEntry{{Name: "data", Ino: 2, Mode: syscall.S_IFREG}}), 0
+}
+
+func (f *nullFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o644
+	out.Size = f.root.size
+	return 0
+}
+
+func (f *nullFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return f.Getattr(ctx, fh, out)
+}
+
+func (f *nullFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return nil, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (f *nullFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if uint64(off) >= f.root.size {
+		return fuse.ReadResultData(nil), 0
+	}
+	n := min(uint64(len(dest)), f.root.size-uint64(off))
+	p := f.root.pattern
+	for done := uint64(0); done < n; {
+		done += uint64(copy(dest[done:n], p[(uint64(off)+done)%uint64(len(p)):]))
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (f *nullFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	return uint32(len(data)), 0
+}
+
+func runNull(args []string) error {
+	fl := flag.NewFlagSet("null", flag.ExitOnError)
+	size := fl.Uint64("size", 4<<30, "size of the file `data` in bytes")
+	splice := fl.Bool("splice", false, "let go-fuse splice read replies")
+	readAhead := fl.Int("max-readahead", 0, "kernel read-ahead in `bytes` (0: capsule's default)")
+	fl.Parse(args)
+	if fl.NArg() != 1 {
+		usage()
+	}
+	root := &nullRoot{size: *size, pattern: make([]byte, 1<<20)}
+	for i := range root.pattern {
+		root.pattern[i] = byte(i*31 + i>>8)
+	}
+	ra := *readAhead
+	if ra == 0 {
+		ra = 128 << 10
+	}
+	return serve(fl.Arg(0), root, mountOptions(*splice, ra))
+}
+
+func runLoopback(args []string) error {
+	fl := flag.NewFlagSet("loopback", flag.ExitOnError)
+	splice := fl.Bool("splice", false, "let go-fuse splice read replies")
+	fl.Parse(args)
+	if fl.NArg() != 2 {
+		usage()
+	}
+	root, err := fs.NewLoopbackRoot(fl.Arg(0))
+	if err != nil {
+		return err
+	}
+	return serve(fl.Arg(1), root, mountOptions(*splice, 128<<10))
+}
+
+func runMeta(args []string) error {
+	fl := flag.NewFlagSet("meta", flag.ExitOnError)
+	files := fl.Int("files", 2000, "how many `files` to create, stat and unlink")
+	fl.Parse(args)
+	if fl.NArg() != 1 {
+		usage()
+	}
+	dir := filepath.Join(fl.Arg(0), fmt.Sprintf("meta-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	defer os.Remove(dir)
+	names := make([]string, *files)
+	for i := range names {
+		names[i] = filepath.Join(dir, fmt.Sprintf("f%07d", i))
+	}
+	rate := func(op func(string) error) (float64, error) {
+		start := time.Now()
+		for _, n := range names {
+			if err := op(n); err != nil {
+				return 0, err
+			}
+		}
+		return float64(len(names)) / time.Since(start).Seconds(), nil
+	}
+	create, err := rate(func(n string) error {
+		fd, err := syscall.Open(n, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return syscall.Close(fd)
+	})
+	if err != nil {
+		return err
+	}
+	// Stat after the attribute timeout, so each stat asks the file system.
+	time.Sleep(1100 * time.Millisecond)
+	stat, err := rate(func(n string) error {
+		var st syscall.Stat_t
+		return syscall.Stat(n, &st)
+	})
+	if err != nil {
+		return err
+	}
+	unlink, err := rate(syscall.Unlink)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("meta create=%.0f stat=%.0f unlink=%.0f\n", create, stat, unlink)
+	return nil
+}
