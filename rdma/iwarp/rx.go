@@ -37,6 +37,10 @@ type rxReader struct {
 	raw  syscall.RawConn // for raceAcquire
 	buf  []byte          // rxBufSize bytes, allocated when the QP connects
 	r, w int
+	// large is set while large payloads arrive (the last one was read
+	// directly): fill then reads at most rxLookahead bytes, so that the
+	// next payload is not pulled through the buffer either.
+	large bool
 }
 
 // fill makes at least n bytes available at buf[r:], reading as much as
@@ -49,8 +53,12 @@ func (d *rxReader) fill(n int) error {
 		d.w = copy(d.buf, d.buf[d.r:d.w])
 		d.r = 0
 	}
+	end := len(d.buf)
+	if d.large {
+		end = min(end, d.w+max(n, rxLookahead))
+	}
 	for d.w-d.r < n {
-		k, err := d.conn.Read(d.buf[d.w:])
+		k, err := d.conn.Read(d.buf[d.w:end])
 		d.w += k
 		if err != nil && d.w-d.r < n {
 			return err
@@ -70,6 +78,7 @@ func (d *rxReader) take(n int) []byte {
 // readInto fills p: first from the buffer, then, for a long rest, from
 // the socket directly, else through the buffer.
 func (d *rxReader) readInto(p []byte) error {
+	d.large = len(p) >= directMin
 	k := copy(p, d.buf[d.r:d.w])
 	d.r += k
 	p = p[k:]
