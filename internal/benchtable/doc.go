@@ -2,7 +2,11 @@
 // ratio table of shared/PERFORMANCE.md: each provider's throughput beside
 // its same-run baseline (shm against memcpy, bar R1; iwarp against one
 // loopback TCP stream, bar R2), the ping-pong latencies beside loopback
-// TCP, and allocations per op (R8).
+// TCP, the host library's random reads beside fio psync on tmpfs (R3),
+// fio's nbd engine through the NBD bridge beside nbdkit's memory plugin
+// (R5), and allocations per op (R8). scripts/bench.sh writes the fio
+// results as benchmark lines of its own: "BenchmarkBlock/CASE/PATH 1 N
+// IOPS M MB/s".
 //
 //	go test -run '^$' -bench '^Benchmark(Transfer|PingPong)$' -benchmem -count 5 ./rdma/conformance | go run ./internal/benchtable
 //

@@ -68,10 +68,20 @@ func parse(r io.Reader) (map[string]result, error) {
 // A comparison is one line of the table: a benchmark against its baseline.
 type comparison struct {
 	name, base string
-	unit       string  // "MB/s": higher is better; "ns/op": lower is better
+	unit       string  // "MB/s", "IOPS", …: higher is better; "ns/op": lower is better
+	baseUnit   string  // the baseline's unit, when not unit
 	bar        float64 // the ratio to reach, 0 for none
 	id         string  // the bar's id in shared/PERFORMANCE.md
 }
+
+// Block cases and paths of the fio runs of scripts/bench.sh, each
+// against fio on nbdkit's memory plugin run the same way.
+var (
+	blockCases = []string{"randread-4KiB", "randwrite-4KiB", "seqread-1MiB", "seqwrite-1MiB"}
+	blockPaths = []string{"capsule-shm-mem", "capsule-iwarp-mem", "capsule-shm-ec", "capsule-iwarp-ec"}
+	// r5Cases carry bar R5.
+	r5Cases = map[string]bool{"randread-4KiB": true, "seqread-1MiB": true}
+)
 
 // comparisons lists the table's lines in order.
 func comparisons() []comparison {
@@ -96,6 +106,18 @@ func comparisons() []comparison {
 	for _, prov := range []string{"iwarp", "shm"} {
 		cs = append(cs, comparison{name: "PingPong/" + prov + "/64B", base: "PingPong/tcp/64B", unit: "ns/op"})
 	}
+	// R3: the host library's 4 KiB random reads at QD32 over iwarp
+	// (BenchmarkR3's iwarp-IOPS) against fio psync on tmpfs.
+	cs = append(cs, comparison{name: "R3", base: "R3Baseline/fio-psync-tmpfs", unit: "iwarp-IOPS", baseUnit: "IOPS", bar: 0.25, id: "R3"})
+	for _, c := range blockCases {
+		for _, p := range blockPaths {
+			cmp := comparison{name: "Block/" + c + "/" + p, base: "Block/" + c + "/nbdkit-memory", unit: "IOPS"}
+			if r5Cases[c] {
+				cmp.bar, cmp.id = 0.60, "R5"
+			}
+			cs = append(cs, cmp)
+		}
+	}
 	return cs
 }
 
@@ -112,7 +134,11 @@ func render(w io.Writer, results map[string]result) error {
 	}
 	for _, c := range comparisons() {
 		v, vs := num(results[c.name], c.unit)
-		bv, bs := num(results[c.base], c.unit)
+		bu := c.unit
+		if c.baseUnit != "" {
+			bu = c.baseUnit
+		}
+		bv, bs := num(results[c.base], bu)
 		ratio, bar := "-", ""
 		if vs != "-" && bs != "-" && v > 0 && bv > 0 {
 			q := v / bv

@@ -62,3 +62,40 @@ func TestRender(t *testing.T) {
 func TestRunNoInput(t *testing.T) {
 	require.Error(t, run(strings.NewReader("PASS\n"), &bytes.Buffer{}))
 }
+
+// blockSample is what scripts/bench.sh writes for fio runs, and a
+// BenchmarkR3 line with its metrics.
+const blockSample = `BenchmarkBlock/randread-4KiB/nbdkit-memory 1 100000 IOPS 409.6 MB/s
+BenchmarkBlock/randread-4KiB/nbdkit-memory 1 120000 IOPS 491.5 MB/s
+BenchmarkBlock/randread-4KiB/nbdkit-memory 1 110000 IOPS 450.6 MB/s
+BenchmarkBlock/randread-4KiB/capsule-shm-mem 1 70000 IOPS 286.7 MB/s
+BenchmarkBlock/randread-4KiB/capsule-shm-mem 1 60000 IOPS 245.8 MB/s
+BenchmarkBlock/randread-4KiB/capsule-shm-mem 1 80000 IOPS 327.7 MB/s
+BenchmarkBlock/randwrite-4KiB/nbdkit-memory 1 100000 IOPS 409.6 MB/s
+BenchmarkBlock/randwrite-4KiB/capsule-iwarp-ec 1 20000 IOPS 81.9 MB/s
+BenchmarkBlock/seqread-1MiB/nbdkit-memory 1 2000 IOPS 2097 MB/s
+BenchmarkBlock/seqread-1MiB/capsule-iwarp-mem 1 1000 IOPS 1048 MB/s
+BenchmarkR3-2   	      3	 400000000 ns/op	    700000 pread-IOPS	     60000 iwarp-IOPS	    500000 shm-IOPS	         8.3 shm/iwarp	        0.08 iwarp/pread	       0 B/op	       0 allocs/op
+BenchmarkR3Baseline/fio-psync-tmpfs 1 600000 IOPS
+`
+
+func TestRenderBlock(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(strings.NewReader(blockSample), &out))
+	lines := map[string]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			lines[f[0]] = l
+		}
+	}
+	// Medians: 70000 / 110000 = 0.64, above R5's 0.60.
+	require.Regexp(t, `70000 IOPS\s+Block/randread-4KiB/nbdkit-memory\s+110000 IOPS\s+0\.64\s+R5 >= 0\.60 ok`, lines["Block/randread-4KiB/capsule-shm-mem"])
+	// 1000 / 2000 = 0.50, below.
+	require.Regexp(t, `0\.50\s+R5 >= 0\.60 BELOW`, lines["Block/seqread-1MiB/capsule-iwarp-mem"])
+	// Writes have no bar.
+	require.Regexp(t, `0\.20\s+-$`, lines["Block/randwrite-4KiB/capsule-iwarp-ec"])
+	// R3: iwarp-IOPS against fio's IOPS, 60000 / 600000.
+	require.Regexp(t, `60000 iwarp-IOPS\s+R3Baseline/fio-psync-tmpfs\s+600000 IOPS\s+0\.10\s+R3 >= 0\.25 BELOW`, lines["R3"])
+	// A path that did not run.
+	require.Regexp(t, `^Block/randread-4KiB/capsule-iwarp-ec\s+-`, lines["Block/randread-4KiB/capsule-iwarp-ec"])
+}
