@@ -10,6 +10,7 @@ import (
 // CQ is a software completion queue. It implements rdma.CQ.
 type CQ struct {
 	notify chan struct{} // one token when completions were pushed to an empty queue
+	spin   int           // polls Wait makes before it sleeps; set before use
 
 	mu      sync.Mutex // guards the fields below
 	ring    []rdma.WC
@@ -26,8 +27,18 @@ func NewCQ(depth int) (*CQ, error) {
 	if depth <= 0 {
 		return nil, rdma.ErrInvalidArgument
 	}
-	return &CQ{ring: make([]rdma.WC, depth), notify: make(chan struct{}, 1)}, nil
+	return &CQ{ring: make([]rdma.WC, depth), notify: make(chan struct{}, 1), spin: DefaultSpin}, nil
 }
+
+// DefaultSpin is how many times Wait polls an empty CQ before it sleeps,
+// unless SetSpin changed it.
+const DefaultSpin = 64
+
+// SetSpin sets how many times Wait polls an empty CQ before it sleeps. A
+// provider whose completions come from a goroutine that the consumer's
+// spinning would keep off the processor sets it low. Call it before the
+// CQ is used.
+func (c *CQ) SetSpin(n int) { c.spin = max(n, 0) }
 
 // Push queues one completion. It returns false (and the CQ enters the
 // overrun state) when the ring is full, or when the CQ is closed.
@@ -85,7 +96,7 @@ func (c *CQ) Wait(ctx context.Context, wc []rdma.WC) (int, error) {
 		if n > 0 || err != nil {
 			return n, err
 		}
-		if spin < 64 {
+		if spin < c.spin {
 			continue
 		}
 		select {

@@ -18,5 +18,9 @@
 //
 // CQ is a bounded ring guarded by a mutex. Push is safe from any goroutine;
 // Poll and Wait are for one consumer at a time. Overflow puts the CQ into
-// a sticky ErrCQOverrun state, as a hardware CQ overrun does.
+// a sticky ErrCQOverrun state, as a hardware CQ overrun does. Wait polls
+// an empty CQ DefaultSpin times before it sleeps on a channel; a provider
+// changes that with SetSpin when its CQs are created (iwarp sets 0: its
+// completions come from receiver goroutines that a spinning consumer
+// keeps waiting for the processor).
 package soft

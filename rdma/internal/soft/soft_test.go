@@ -87,6 +87,48 @@ func TestCQWait(t *testing.T) {
 	require.ErrorIs(t, err, rdma.ErrInvalidArgument)
 }
 
+// TestCQWaitWithoutSpin: with SetSpin(0) Wait sleeps at once when the CQ
+// is empty; every completion pushed from another goroutine still
+// arrives, in order, and one already queued returns without sleeping.
+func TestCQWaitWithoutSpin(t *testing.T) {
+	cq, err := NewCQ(64)
+	require.NoError(t, err)
+	cq.SetSpin(0)
+	require.True(t, cq.Push(rdma.WC{ID: 7}))
+	wcs := make([]rdma.WC, 4)
+	n, err := cq.Wait(context.Background(), wcs)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, uint64(7), wcs[0].ID)
+
+	const total = 10000
+	credits := make(chan struct{}, 32) // keeps the producer within the CQ's depth
+	go func() {
+		for i := range total {
+			credits <- struct{}{}
+			if !cq.Push(rdma.WC{ID: uint64(i)}) {
+				t.Error("push refused")
+				return
+			}
+			if i%64 == 0 {
+				time.Sleep(time.Microsecond) // let the consumer reach its sleep now and then
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	next := uint64(0)
+	for next < total {
+		n, err := cq.Wait(ctx, wcs)
+		require.NoError(t, err)
+		for _, wc := range wcs[:n] {
+			require.Equal(t, next, wc.ID)
+			next++
+			<-credits
+		}
+	}
+}
+
 func TestKeyTableAcquire(t *testing.T) {
 	var kt KeyTable
 	buf := make([]byte, 100)
