@@ -2,73 +2,33 @@ package fusefs
 
 import (
 	"context"
-	"time"
+
+	capfs "github.com/capsule-storage/capsule/fs"
 )
 
-// The types below are the file client's (package fs, imported as capfs)
-// low-level inode API types, field for field as the contract between the
-// two packages fixes them. They become aliases of the capfs types once
-// that package declares them, so that *capfs.Client satisfies Client.
-
-// Ino is an inode number; RootIno is the root directory.
-type Ino uint64
+// The node layer speaks the file client's types (package fs, imported
+// as capfs); these aliases keep its signatures short.
+type (
+	Ino      = capfs.Ino
+	Attr     = capfs.Attr
+	SetAttr  = capfs.SetAttr
+	DirEntry = capfs.DirEntry
+	StatFS   = capfs.StatFS
+	Handle   = capfs.Handle
+)
 
 // RootIno is the root directory's inode number.
-const RootIno Ino = 1
-
-// Attr is an inode's attributes. Mode holds the file type and the
-// permission bits as in syscall.Stat_t.Mode.
-type Attr struct {
-	Ino                 Ino
-	Gen                 uint64 // changes when an inode number is reused
-	Mode                uint32
-	Nlink               uint32
-	Uid                 uint32
-	Gid                 uint32
-	Rdev                uint32
-	Size                uint64
-	Blocks              uint64 // 512-byte blocks allocated
-	Atime, Mtime, Ctime time.Time
-}
-
-// SetAttr says which attributes to change; nil pointers are left alone.
-type SetAttr struct {
-	Mode               *uint32 // permission bits only
-	Uid                *uint32
-	Gid                *uint32
-	Size               *uint64
-	Atime              *time.Time // zero Time with AtimeNow: now
-	Mtime              *time.Time
-	AtimeNow, MtimeNow bool
-}
-
-// DirEntry is one READDIR(PLUS) entry; Attr is filled by the plus form.
-type DirEntry struct {
-	Name   string
-	Ino    Ino
-	Mode   uint32 // the file type bits at least
-	Cookie uint64 // resume point: continue after this entry
-	Attr   Attr
-}
-
-// StatFS is the file system's usage.
-type StatFS struct {
-	Blocks, Bfree, Bavail, Files, Ffree uint64
-	Bsize, Frsize, NameLen              uint32
-}
-
-// Handle is an open-file handle the target tracks, so that an unlinked
-// file stays readable and writable while it is open.
-type Handle uint64
+const RootIno = capfs.RootIno
 
 // Rename flags, as Linux renameat2.
 const (
-	RenameNoReplace = 1
-	RenameExchange  = 2
+	RenameNoReplace = capfs.RenameNoReplace
+	RenameExchange  = capfs.RenameExchange
 )
 
 // Client is the file client's low-level inode API that the node layer
-// calls: exactly the method set of *capfs.Client the contract fixes.
+// calls: the method set of *capfs.Client the contract between the two
+// packages fixes.
 // Every error is, or wraps, a syscall.Errno; transport failures after
 // the client's reconnect timeout are syscall.EIO. All methods are safe
 // for concurrent use.
@@ -98,3 +58,14 @@ type Client interface {
 	ListXattr(ctx context.Context, ino Ino) ([]string, error)
 	RemoveXattr(ctx context.Context, ino Ino, name string) error
 }
+
+// *capfs.Client is the Client every real mount uses.
+var _ Client = (*capfs.Client)(nil)
+
+// openAttrer is a Client that returns the attributes with an open in one
+// round trip (*capfs.Client.OpenAttr); Open uses it when it is there.
+type openAttrer interface {
+	OpenAttr(ctx context.Context, ino Ino, flags int) (Handle, Attr, error)
+}
+
+var _ openAttrer = (*capfs.Client)(nil)

@@ -414,6 +414,8 @@ func TestStaleEntry(t *testing.T) {
 	require.NoError(t, os.WriteFile(f, []byte("x"), 0o644))
 	_, err := os.Stat(f)
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m.count("Release") == 1 }, 10*time.Second, time.Millisecond,
+		"the kernel releases the file after close")
 	require.NoError(t, m.Unlink(context.Background(), RootIno, "f"))
 	_, err = os.Stat(f)
 	assert.ErrorIs(t, err, syscall.ENOENT)

@@ -214,6 +214,11 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if err != nil {
 		return n.staleOf(err)
 	}
+	if a.Nlink == 0 && f == nil {
+		// Not open in this mount (go-fuse passes an open file if there is
+		// one), so the kernel came by a name that no longer leads here.
+		return n.staleOf(syscall.ENOENT)
+	}
 	n.used()
 	fillAttr(&out.Attr, &a)
 	return 0
@@ -386,26 +391,23 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	return errnoOf(n.fsys.c.Rename(opContext(ctx), n.ino, name, p.ino, newName, flags))
 }
 
-// Open asks the target for the file's attributes before it opens it
-// (an inode without links is treated as gone, see staleOf),
+// Open gets the file's attributes from the target with the open (an
+// inode without links is treated as gone, see staleOf),
 // as NFS does for close-to-open consistency: when the size, mtime or
 // ctime differ from those at the last open through this mount (or this
 // mount wrote the file since), the kernel drops its cached pages (no
 // FOPEN_KEEP_CACHE) and its cached attributes; otherwise it keeps both.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	octx := opContext(ctx)
-	a, err := n.fsys.c.GetAttr(octx, n.ino)
+	h, a, err := n.openAttr(octx, int(flags))
 	if err != nil {
 		return nil, 0, n.staleOf(err)
 	}
 	if a.Nlink == 0 {
 		// Still open somewhere, but no name leads to it any more: the
 		// kernel's cached name is stale.
+		_ = n.fsys.c.Release(octx, n.ino, h)
 		return nil, 0, n.staleOf(syscall.ENOENT)
-	}
-	h, err := n.fsys.c.Open(octx, n.ino, int(flags))
-	if err != nil {
-		return nil, 0, n.staleOf(err)
 	}
 	n.used()
 	v := versionOf(&a)
@@ -420,6 +422,20 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// FOPEN_KEEP_CACHE. ENOENT means the kernel holds nothing to drop.
 	_ = n.NotifyContent(-1, 0)
 	return &fileHandle{h: h}, 0, 0
+}
+
+// openAttr opens the inode and returns the attributes as of the open:
+// in one round trip where the client can, else GETATTR first.
+func (n *node) openAttr(ctx context.Context, flags int) (Handle, Attr, error) {
+	if oa, ok := n.fsys.c.(openAttrer); ok {
+		return oa.OpenAttr(ctx, n.ino, flags)
+	}
+	a, err := n.fsys.c.GetAttr(ctx, n.ino)
+	if err != nil {
+		return 0, Attr{}, err
+	}
+	h, err := n.fsys.c.Open(ctx, n.ino, flags)
+	return h, a, err
 }
 
 // fileHandle is an open file: the target's handle for it.
