@@ -42,6 +42,11 @@ func newApp() *cli.App {
 			// FUSE mode.
 			&cli.DurationFlag{Name: "attr-timeout", Value: time.Second, Usage: "kernel attribute cache timeout (FUSE mode)"},
 			&cli.DurationFlag{Name: "entry-timeout", Value: time.Second, Usage: "kernel entry cache timeout (FUSE mode)"},
+			&cli.IntFlag{Name: "max-readahead", Usage: "kernel read-ahead window in `BYTES` (FUSE mode; 0: the mount's default)"},
+			&cli.IntFlag{Name: "fuse-readers", Usage: "goroutines waiting for FUSE requests (FUSE mode; 0: from GOMAXPROCS)"},
+			&cli.BoolFlag{Name: "splice", Usage: "splice read replies to the kernel (FUSE mode; off: 1 MiB replies overflow the pipe)"},
+			&cli.BoolFlag{Name: "allow-other", Usage: "let other users use the mount (FUSE mode)"},
+			&cli.BoolFlag{Name: "fuse-debug", Usage: "log every FUSE request and reply to stderr (FUSE mode)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.IsSet("nbd") {
