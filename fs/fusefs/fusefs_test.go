@@ -443,3 +443,54 @@ func TestFallocate(t *testing.T) {
 	assert.Equal(t, want, got)
 	assert.ErrorIs(t, syscall.Fallocate(int(f.Fd()), unix.FALLOC_FL_COLLAPSE_RANGE, 0, 4096), syscall.EOPNOTSUPP)
 }
+
+// TestLocks: byte-range locks of two opens conflict, a blocked F_SETLKW
+// goes through when the holder closes its file, and flock excludes too.
+func TestLocks(t *testing.T) {
+	mnt, _ := mountMem(t, Options{})
+	p := filepath.Join(mnt, "locked")
+	require.NoError(t, os.WriteFile(p, make([]byte, 100), 0o644))
+	f1, err := os.OpenFile(p, os.O_RDWR, 0)
+	require.NoError(t, err)
+	f2, err := os.OpenFile(p, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f2.Close()
+
+	wr := func(start, n int64) *unix.Flock_t {
+		return &unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: start, Len: n}
+	}
+	require.NoError(t, unix.FcntlFlock(f1.Fd(), unix.F_OFD_SETLK, wr(10, 10)))
+	assert.ErrorIs(t, unix.FcntlFlock(f2.Fd(), unix.F_OFD_SETLK, wr(15, 1)), syscall.EAGAIN)
+	require.NoError(t, unix.FcntlFlock(f2.Fd(), unix.F_OFD_SETLK, wr(20, 5)), "no overlap")
+	q := wr(0, 0)
+	require.NoError(t, unix.FcntlFlock(f2.Fd(), unix.F_OFD_GETLK, q))
+	assert.EqualValues(t, unix.F_WRLCK, q.Type)
+	assert.EqualValues(t, 10, q.Start)
+	assert.EqualValues(t, 10, q.Len)
+
+	got := make(chan error, 1)
+	go func() { got <- unix.FcntlFlock(f2.Fd(), unix.F_OFD_SETLKW, wr(0, 0)) }()
+	select {
+	case err := <-got:
+		t.Fatalf("F_SETLKW went through while another open holds the lock: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, f1.Close())
+	select {
+	case err := <-got:
+		require.NoError(t, err, "the lock, once the holder closed its file")
+	case <-time.After(10 * time.Second):
+		t.Fatal("F_SETLKW still blocked after the holder closed its file")
+	}
+
+	f3, err := os.Open(p)
+	require.NoError(t, err)
+	defer f3.Close()
+	require.NoError(t, unix.Flock(int(f3.Fd()), unix.LOCK_EX|unix.LOCK_NB))
+	f4, err := os.Open(p)
+	require.NoError(t, err)
+	defer f4.Close()
+	assert.ErrorIs(t, unix.Flock(int(f4.Fd()), unix.LOCK_SH|unix.LOCK_NB), syscall.EWOULDBLOCK)
+	require.NoError(t, unix.Flock(int(f3.Fd()), unix.LOCK_UN))
+	require.NoError(t, unix.Flock(int(f4.Fd()), unix.LOCK_SH|unix.LOCK_NB))
+}
