@@ -1,28 +1,134 @@
 #!/usr/bin/env bash
 # Runs the benchmarks beside their same-run baselines and prints the
-# ratios that shared/PERFORMANCE.md asks for. COUNT sets the repetitions
-# of the RDMA transfer benchmarks (their table shows medians).
-#   R1, R2  rdma/conformance   BenchmarkTransfer, BenchmarkPingPong (table below)
-#   R3, R4  nvmeof/host        BenchmarkR3, BenchmarkR4 (ratios reported as metrics)
+# ratios that shared/PERFORMANCE.md asks for, ending with one table.
+#   R1, R2  rdma/conformance   BenchmarkTransfer, BenchmarkPingPong
+#   R3, R4  nvmeof/host        BenchmarkR3, BenchmarkR4 (ratios reported as metrics),
+#                              and fio psync 4 KiB random read on tmpfs as R3's baseline
+#   R5      bin/mount --nbd    fio's nbd engine through the bridge, over shm:// and iwarp://,
+#                              on a memory and an erasure-coded namespace, each case beside
+#                              fio on `nbdkit memory` run the same way
 #   R7      chunkstore         SeqWrite 4+2 vs 1+0, SeqRead healthy vs degraded, Encode
-#   R8      allocs/op in every line
+#   R8      allocs/op in every Go benchmark line
+# COUNT sets the repetitions of the RDMA transfer benchmarks, REPS those of
+# every fio case (at least 3; the table shows medians), RUNTIME the seconds
+# of each fio run. ONLY=block runs the fio part alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count="${COUNT:-5}"
-out="$(mktemp)"
-trap 'rm -f "$out"' EXIT
+reps="${REPS:-3}"
+runtime="${RUNTIME:-5}"
+only="${ONLY:-}"
+[ "$reps" -ge 3 ] || { echo "REPS must be at least 3" >&2; exit 2; }
+work="$(mktemp -d)"
+out="$work/results"
+: >"$out"
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
 
-echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F)"
-echo "== R1/R2: rdma transfers"
-go test -run '^$' -bench '^Benchmark(Transfer|PingPong)$' -benchmem -count "$count" -timeout 60m ./rdma/conformance | tee "$out"
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F), load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# waitline FILE PREFIX: waits for a line starting with PREFIX in FILE and
+# prints it.
+waitline() {
+	for _ in $(seq 600); do
+		if grep -q "^$2" "$1" 2>/dev/null; then grep -m1 "^$2" "$1"; return 0; fi
+		sleep 0.1
+	done
+	echo "bench: no '$2' in $1:" >&2; cat "$1" >&2; exit 1
+}
+
+# fio_case NAME PATH URI: one fio run of case NAME; prints progress and
+# appends a Go-benchmark-style line (IOPS and MB/s) to the results.
+fio_case() {
+	local name="$1" path="$2" uri="$3" rw bs qd field
+	case "$name" in
+	randread-4KiB) rw=randread bs=4k qd=32 field=8 ;;
+	randwrite-4KiB) rw=randwrite bs=4k qd=32 field=49 ;;
+	seqread-1MiB) rw=read bs=1m qd=8 field=8 ;;
+	seqwrite-1MiB) rw=write bs=1m qd=8 field=49 ;;
+	esac
+	local line iops kib
+	line="$(fio --name=bench --ioengine=nbd --uri="$uri" --rw="$rw" --bs="$bs" --iodepth="$qd" \
+		--numjobs=1 --size=512m --time_based --runtime="$runtime" --ramp_time=1 --norandommap \
+		--randrepeat=0 --group_reporting --output-format=terse --terse-version=3 | grep "^3;")"
+	iops="$(echo "$line" | cut -d';' -f"$field")"
+	kib="$(echo "$line" | cut -d';' -f"$((field - 1))")"
+	printf '   %-15s %-12s %10.0f IOPS %8.0f MB/s\n' "$name" "$path" "$iops" "$(echo "$kib" | awk '{print $1*1024/1e6}')"
+	echo "BenchmarkBlock/$name/$path 1 $iops IOPS $(echo "$kib" | awk '{print $1*1024/1e6}') MB/s" >>"$out"
+}
+
+block() {
+	echo "== R5: block I/O through the NBD bridge, fio's nbd engine, beside nbdkit memory ($reps repetitions, ${runtime}s each)"
+	local shm="shm://bench-$$" port
+	./bin/target serve --listen iwarp://127.0.0.1:0 --listen "$shm" --data "$work/data" --scrub-rate 0 \
+		--namespace mem:512MiB --namespace ec:benchvol:512MiB >"$work/target.out" 2>"$work/target.err" &
+	pids+=($!)
+	local ready iwarp
+	ready="$(waitline "$work/target.out" "capsule target ready")"
+	iwarp="$(echo "$ready" | sed 's/.*listeners=\([^, ]*\).*/\1/')"
+	declare -gA uris=()
+	local i=0
+	for t in shm iwarp; do
+		for ns in 1 2; do
+			local url="$shm" kind=mem
+			[ "$t" = iwarp ] && url="$iwarp"
+			[ "$ns" = 2 ] && kind=ec
+			./bin/mount --target "$url" --nsid "$ns" --nbd 127.0.0.1:0 >"$work/mount$i.out" 2>"$work/mount$i.err" &
+			pids+=($!)
+			ready="$(waitline "$work/mount$i.out" "capsule nbd ready")"
+			uris["capsule-$t-$kind"]="nbd://$(echo "$ready" | sed 's/.*listen=\([^ ]*\).*/\1/')/"
+			i=$((i + 1))
+		done
+	done
+	port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+	nbdkit --foreground --exit-with-parent -i 127.0.0.1 -p "$port" memory 512M >"$work/nbdkit.out" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 100); do nbdinfo --can connect "nbd://127.0.0.1:$port/" 2>/dev/null && break; sleep 0.1; done
+	uris[nbdkit-memory]="nbd://127.0.0.1:$port/"
+	local paths=(nbdkit-memory capsule-shm-mem capsule-iwarp-mem capsule-shm-ec capsule-iwarp-ec)
+	for r in $(seq "$reps"); do
+		echo "-- repetition $r of $reps"
+		# The writes go first: they fill every path's 512 MiB, so the reads
+		# read data everywhere, not holes.
+		for c in seqwrite-1MiB randwrite-4KiB seqread-1MiB randread-4KiB; do
+			for p in "${paths[@]}"; do fio_case "$c" "$p" "${uris[$p]}"; done
+		done
+	done
+	echo "-- R3 baseline: fio psync 4 KiB random read on tmpfs (/dev/shm), 1 job"
+	local f="/dev/shm/capsule-bench-$$"
+	for r in $(seq "$reps"); do
+		local line
+		line="$(fio --name=r3 --filename="$f" --size=256m --rw=randread --bs=4k --ioengine=psync --numjobs=1 \
+			--time_based --runtime="$runtime" --ramp_time=1 --norandommap --randrepeat=0 \
+			--output-format=terse --terse-version=3)"
+		echo "   fio psync tmpfs $(echo "$line" | cut -d';' -f8) IOPS"
+		echo "BenchmarkR3Baseline/fio-psync-tmpfs 1 $(echo "$line" | cut -d';' -f8) IOPS" >>"$out"
+	done
+	rm -f "$f"
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	pids=()
+}
+
+if [ "$only" != block ]; then
+	echo "== R1/R2: rdma transfers"
+	go test -run '^$' -bench '^Benchmark(Transfer|PingPong)$' -benchmem -count "$count" -timeout 60m ./rdma/conformance | tee -a "$out"
+	echo
+	echo "== R3/R4/R8: NVMe-oF through the host library (interleaved with their baselines)"
+	go test -run '^$' -bench '^Benchmark(R3|R4)$' -benchmem -count 3 -timeout 30m ./nvmeof/host | tee -a "$out"
+	echo
+	echo "== R8: target dispatch"
+	go test -run '^$' -bench '^BenchmarkDispatch$' -benchmem -benchtime 2000x -timeout 30m ./nvmeof/target
+	echo
+	echo "== R7: erasure coding"
+	go test -run '^$' -bench '^Benchmark(SeqWrite|SeqRead|Encode|PlainFile)$' -benchmem -count 3 -timeout 30m ./chunkstore
+	echo
+fi
+block
 echo
-go run ./internal/benchtable < "$out"
-echo
-echo "== R3/R4/R8: NVMe-oF through the host library (interleaved with their baselines)"
-go test -run '^$' -bench '^Benchmark(R3|R4)$' -benchmem -count 3 -timeout 30m ./nvmeof/host
-echo
-echo "== R8: target dispatch"
-go test -run '^$' -bench '^BenchmarkDispatch$' -benchmem -benchtime 2000x -timeout 30m ./nvmeof/target
-echo
-echo "== R7: erasure coding"
-go test -run '^$' -bench '^Benchmark(SeqWrite|SeqRead|Encode|PlainFile)$' -benchmem -count 3 -timeout 30m ./chunkstore
+go run ./internal/benchtable <"$out"
