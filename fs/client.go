@@ -13,6 +13,8 @@ import (
 	"github.com/capsule-storage/capsule/fs/internal/proto"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/host"
+	// Dial takes iwarp://, shm:// (and rdma:// where built) URLs.
+	_ "github.com/capsule-storage/capsule/rdma/providers"
 )
 
 // Client is a connection to a file namespace of a capsule target. Its

@@ -1,0 +1,652 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"sort"
+	"syscall"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/fs/internal/proto"
+)
+
+// File data. A regular file's data is either inline (flagInline: the
+// bytes in bucketData, for files of at most InlineMax bytes) or in chunks
+// of BlockSize bytes, block b of inode i in the chunk s.chunkID(i, b). A
+// block never written has no chunk and reads as zeros (sparse files); a
+// chunk may be shorter than a block (the rest reads as zeros), and bytes
+// of a chunk past the end of the file are never shown: reads stop at the
+// file size, and a file that grows first has the block that held its old
+// end cut back to it (trimTail).
+
+func (s *Server) lockData(ino uint64) func() {
+	l := &s.dataLocks[ino%uint64(len(s.dataLocks))]
+	l.Lock()
+	return l.Unlock
+}
+
+func (s *Server) rlockData(ino uint64) func() {
+	l := &s.dataLocks[ino%uint64(len(s.dataLocks))]
+	l.RLock()
+	return l.RUnlock
+}
+
+func (s *Server) viewInode(ino uint64) (*inode, error) {
+	var n *inode
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		n, err = getInode(tx, ino)
+		return err
+	})
+	return n, err
+}
+
+// chunkExists reports whether block b of ino has a chunk.
+func (s *Server) chunkExists(ino uint64, b int64) (int64, bool) {
+	n, err := s.store.ChunkSize(s.chunkID(ino, b))
+	return n, err == nil
+}
+
+// readBlock reads [lo, lo+len(p)) of block b into p, zeros where the chunk
+// has no bytes.
+func (s *Server) readBlock(ino uint64, b int64, p []byte, lo int64) error {
+	n, err := s.store.ReadChunkAt(s.chunkID(ino, b), p, lo)
+	switch {
+	case errors.Is(err, chunkstore.ErrNotFound):
+		n = 0
+	case err != nil && err != io.EOF:
+		return err
+	}
+	clear(p[n:])
+	return nil
+}
+
+// read reads from a regular file at off into buf.
+func (s *Server) read(ino uint64, off int64, buf []byte) (int, error) {
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	defer s.rlockData(ino)()
+	var n *inode
+	var inline []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		if n, err = getInode(tx, ino); err != nil {
+			return err
+		}
+		if n.inline() {
+			d := tx.Bucket(bucketData).Get(inoKey(ino))
+			if off < int64(len(d)) {
+				inline = append(inline, d[off:min(int64(len(d)), off+int64(len(buf)))]...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case n.isDir():
+		return 0, syscall.EISDIR
+	case !n.isReg():
+		return 0, syscall.EINVAL
+	case off >= int64(n.Size):
+		return 0, nil
+	}
+	want := int(min(int64(len(buf)), int64(n.Size)-off))
+	if n.inline() {
+		c := copy(buf, inline)
+		clear(buf[c:want])
+		return want, nil
+	}
+	for done := 0; done < want; {
+		pos := off + int64(done)
+		b, lo := pos/s.bs, pos%s.bs
+		k := int(min(int64(want-done), s.bs-lo))
+		if err := s.readBlock(ino, b, buf[done:done+k], lo); err != nil {
+			return done, err
+		}
+		done += k
+	}
+	return want, nil
+}
+
+// putBlock stores block b of ino, counting a chunk that is new.
+func (s *Server) putBlock(ino uint64, b int64, data []byte, added *int64) error {
+	_, existed := s.chunkExists(ino, b)
+	if err := s.store.PutChunk(s.chunkID(ino, b), data, 0); err != nil {
+		return err
+	}
+	if !existed {
+		*added++
+	}
+	return nil
+}
+
+// trimTail cuts the block holding the end of a file of size bytes back to
+// it, so that bytes a crash or a shrink left past the end never show when
+// the file grows.
+func (s *Server) trimTail(ino uint64, size int64) error {
+	b, lo := size/s.bs, size%s.bs
+	if lo == 0 {
+		return nil
+	}
+	clen, ok := s.chunkExists(ino, b)
+	if !ok || clen <= lo {
+		return nil
+	}
+	buf := make([]byte, lo)
+	if err := s.readBlock(ino, b, buf, 0); err != nil {
+		return err
+	}
+	return s.store.PutChunk(s.chunkID(ino, b), buf, 0)
+}
+
+// spill moves an inline file's data into block 0 and syncs the store, so
+// that the metadata change that follows never points at data a crash
+// could lose.
+func (s *Server) spill(ino uint64, data []byte, added *int64) error {
+	if len(data) > 0 {
+		if err := s.putBlock(ino, 0, data, added); err != nil {
+			return err
+		}
+	}
+	return s.store.Sync()
+}
+
+// write writes data at off (or at the end with appending) and returns the
+// bytes written.
+func (s *Server) write(ino uint64, off int64, data []byte, appending bool) (int, error) {
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	defer s.lockData(ino)()
+	var n *inode
+	var inline []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		if n, err = getInode(tx, ino); err != nil {
+			return err
+		}
+		if n.inline() {
+			inline = append([]byte(nil), tx.Bucket(bucketData).Get(inoKey(ino))...)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case n.isDir():
+		return 0, syscall.EISDIR
+	case !n.isReg():
+		return 0, syscall.EINVAL
+	}
+	if appending {
+		off = int64(n.Size)
+	}
+	size := int64(n.Size)
+	end := off + int64(len(data))
+	if end < off || end > maxFileSize || end/s.bs > maxIno {
+		return 0, syscall.EFBIG
+	}
+	if len(data) == 0 {
+		return 0, nil
+	}
+	newSize := max(size, end)
+	now := s.opt.Now().UnixNano()
+	if n.inline() && newSize <= int64(s.opt.InlineMax) {
+		buf := make([]byte, newSize)
+		copy(buf, inline)
+		copy(buf[off:], data)
+		if s.used.Load()+newSize-size > s.opt.Capacity {
+			return 0, syscall.ENOSPC
+		}
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			n, err := getInode(tx, ino)
+			if err != nil {
+				return err
+			}
+			n.Size, n.Mtime, n.Ctime = uint64(newSize), now, now
+			if err := tx.Bucket(bucketData).Put(inoKey(ino), buf); err != nil {
+				return err
+			}
+			return putInode(tx, ino, n)
+		})
+		if err != nil {
+			return 0, err
+		}
+		s.used.Add(newSize - size)
+		return len(data), nil
+	}
+	firstB, lastB := off/s.bs, (end-1)/s.bs
+	if s.used.Load()+(lastB-firstB+1)*s.bs > s.opt.Capacity {
+		return 0, syscall.ENOSPC
+	}
+	var added int64
+	wasInline := n.inline()
+	if wasInline {
+		if err := s.spill(ino, inline, &added); err != nil {
+			return 0, err
+		}
+		// The spilled data is now block 0; make the metadata say so.
+		if err := s.db.Update(func(tx *bolt.Tx) error {
+			m, err := getInode(tx, ino)
+			if err != nil {
+				return err
+			}
+			m.Flags &^= flagInline
+			m.Chunks += uint64(added)
+			if err := tx.Bucket(bucketData).Delete(inoKey(ino)); err != nil {
+				return err
+			}
+			return putInode(tx, ino, m)
+		}); err != nil {
+			return 0, err
+		}
+		s.used.Add(added*s.bs - size)
+		added = 0
+	} else if off > size {
+		if err := s.trimTail(ino, size); err != nil {
+			return 0, err
+		}
+	}
+	for b := firstB; b <= lastB; b++ {
+		bstart := b * s.bs
+		lo := max(off, bstart) - bstart
+		hi := min(end, bstart+s.bs) - bstart
+		part := data[bstart+lo-off : bstart+hi-off]
+		valid := min(max(size-bstart, 0), s.bs) // bytes of the block inside the file
+		var block []byte
+		if lo == 0 && hi >= valid {
+			block = part
+		} else {
+			block = make([]byte, max(valid, hi))
+			if err := s.readBlock(ino, b, block[:min(valid, int64(len(block)))], 0); err != nil {
+				return 0, err
+			}
+			copy(block[lo:], part)
+		}
+		if err := s.putBlock(ino, b, block, &added); err != nil {
+			s.used.Add(added * s.bs)
+			s.commitChunks(ino, added, size, now)
+			return 0, err
+		}
+	}
+	s.used.Add(added * s.bs)
+	if err := s.commitChunks(ino, added, newSize, now); err != nil {
+		return 0, err
+	}
+	return len(data), nil
+}
+
+// commitChunks records a data change: chunks added, the new size, the
+// modification time. An inode deleted meanwhile gets its chunks deleted.
+func (s *Server) commitChunks(ino uint64, added, newSize, now int64) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		n.Chunks = uint64(int64(n.Chunks) + added)
+		n.Size = uint64(max(int64(n.Size), newSize))
+		n.Mtime, n.Ctime = now, now
+		return putInode(tx, ino, n)
+	})
+	if errors.Is(err, syscall.ENOENT) {
+		s.deleteChunksLocked(ino, 0, newSize)
+	}
+	return err
+}
+
+// deleteChunks deletes the chunks of ino's blocks from block first on, in
+// a file of size bytes.
+func (s *Server) deleteChunks(ino uint64, first, size int64) {
+	defer s.lockData(ino)()
+	s.deleteChunksLocked(ino, first, size)
+}
+
+func (s *Server) deleteChunksLocked(ino uint64, first, size int64) int64 {
+	last := (size + s.bs - 1) / s.bs // exclusive
+	var ids []chunkstore.ChunkID
+	if last-first > 4096 {
+		// A large sparse range: walk the store's chunks instead.
+		for _, ci := range s.store.Chunks() {
+			if i, b, ok := s.parseChunkID(ci.ID); ok && i == ino && b >= first {
+				ids = append(ids, ci.ID)
+			}
+		}
+	} else {
+		for b := first; b < last; b++ {
+			if _, ok := s.chunkExists(ino, b); ok {
+				ids = append(ids, s.chunkID(ino, b))
+			}
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
+	var n int64
+	for _, id := range ids {
+		if err := s.store.DeleteChunk(id, 0); err == nil {
+			n++
+		} else if !errors.Is(err, chunkstore.ErrNotFound) {
+			s.log.Warn("fs: deleting a chunk failed; the next sweep retries", "ino", ino, "err", err)
+		}
+	}
+	s.used.Add(-n * s.bs)
+	return n
+}
+
+// truncate sets a regular file's size, the data lock held.
+func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) error {
+	size := int64(n.Size)
+	if newSize > maxFileSize || newSize/s.bs > maxIno {
+		return syscall.EFBIG
+	}
+	if newSize == size {
+		return nil
+	}
+	if n.inline() {
+		if newSize <= int64(s.opt.InlineMax) {
+			if s.used.Load()+newSize-size > s.opt.Capacity {
+				return syscall.ENOSPC
+			}
+			return s.db.Update(func(tx *bolt.Tx) error {
+				m, err := getInode(tx, ino)
+				if err != nil {
+					return err
+				}
+				d := tx.Bucket(bucketData).Get(inoKey(ino))
+				buf := make([]byte, newSize)
+				copy(buf, d)
+				m.Size, m.Mtime, m.Ctime = uint64(newSize), now, now
+				if err := tx.Bucket(bucketData).Put(inoKey(ino), buf); err != nil {
+					return err
+				}
+				s.used.Add(newSize - size)
+				return putInode(tx, ino, m)
+			})
+		}
+		var data []byte
+		if err := s.db.View(func(tx *bolt.Tx) error {
+			data = append(data, tx.Bucket(bucketData).Get(inoKey(ino))...)
+			return nil
+		}); err != nil {
+			return err
+		}
+		var added int64
+		if err := s.spill(ino, data, &added); err != nil {
+			return err
+		}
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			m, err := getInode(tx, ino)
+			if err != nil {
+				return err
+			}
+			m.Flags &^= flagInline
+			m.Chunks += uint64(added)
+			m.Size, m.Mtime, m.Ctime = uint64(newSize), now, now
+			if err := tx.Bucket(bucketData).Delete(inoKey(ino)); err != nil {
+				return err
+			}
+			return putInode(tx, ino, m)
+		})
+		if err == nil {
+			s.used.Add(added*s.bs - size)
+		}
+		return err
+	}
+	if newSize > size {
+		if err := s.trimTail(ino, size); err != nil {
+			return err
+		}
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		m, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		m.Size, m.Mtime, m.Ctime = uint64(newSize), now, now
+		return putInode(tx, ino, m)
+	})
+	if err != nil || newSize > size {
+		return err
+	}
+	// Shrunk: the blocks wholly past the end go, after the commit (a
+	// crash in between leaves them to the sweep).
+	dropped := s.deleteChunksLocked(ino, (newSize+s.bs-1)/s.bs, size)
+	if dropped == 0 {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		m, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		m.Chunks = uint64(max(int64(m.Chunks)-dropped, 0))
+		return putInode(tx, ino, m)
+	})
+}
+
+// setAttr applies a SetAttr record.
+func (s *Server) setAttr(ino uint64, in *proto.SetAttr) (a proto.Attr, err error) {
+	now := s.opt.Now().UnixNano()
+	if in.Valid&proto.SetSize != 0 {
+		unlock := s.lockData(ino)
+		n, err := s.viewInode(ino)
+		if err == nil {
+			switch {
+			case n.isDir():
+				err = syscall.EISDIR
+			case !n.isReg():
+				err = syscall.EINVAL
+			case in.Size > maxFileSize:
+				err = syscall.EFBIG
+			default:
+				err = s.truncateLocked(ino, n, int64(in.Size), now)
+			}
+		}
+		unlock()
+		if err != nil {
+			return a, err
+		}
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		if in.Valid&proto.SetMode != 0 {
+			n.Mode = n.Mode&sIFMT | in.Mode&0o7777
+		}
+		if in.Valid&proto.SetUID != 0 {
+			n.UID = in.UID
+		}
+		if in.Valid&proto.SetGID != 0 {
+			n.GID = in.GID
+		}
+		switch {
+		case in.Valid&proto.SetAtimeNow != 0:
+			n.Atime = now
+		case in.Valid&proto.SetAtime != 0:
+			n.Atime = in.Atime
+		}
+		switch {
+		case in.Valid&proto.SetMtimeNow != 0:
+			n.Mtime = now
+		case in.Valid&proto.SetMtime != 0:
+			n.Mtime = in.Mtime
+		}
+		if in.Valid != 0 {
+			n.Ctime = now
+		}
+		if err := putInode(tx, ino, n); err != nil {
+			return err
+		}
+		a = s.attrOf(ino, n)
+		return nil
+	})
+	return a, err
+}
+
+// Open flags (Linux values, the same on every architecture Go supports
+// for these bits).
+const (
+	oAccMode = 0x3
+	oCreat   = 0x40
+	oExcl    = 0x80
+	oTrunc   = 0x200
+	oAppend  = 0x400
+	oWronly  = 0x1
+	oRdwr    = 0x2
+)
+
+// open opens an inode; O_TRUNC with write access truncates a regular
+// file.
+func (s *Server) openIno(ino uint64, flags uint32) (uint64, proto.Attr, error) {
+	n, err := s.viewInode(ino)
+	if err != nil {
+		return 0, proto.Attr{}, err
+	}
+	writing := flags&oAccMode == oWronly || flags&oAccMode == oRdwr
+	if n.isDir() && (writing || flags&oTrunc != 0) {
+		return 0, proto.Attr{}, syscall.EISDIR
+	}
+	if n.isReg() && flags&oTrunc != 0 && writing {
+		if _, err := s.setAttr(ino, &proto.SetAttr{Valid: proto.SetSize}); err != nil {
+			return 0, proto.Attr{}, err
+		}
+	}
+	var h uint64
+	var a proto.Attr
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		if n.Nlink == 0 && tx.Bucket(bucketOrphans).Get(inoKey(ino)) == nil {
+			return syscall.ENOENT
+		}
+		h = s.newHandle(ino)
+		a = s.attrOf(ino, n)
+		return nil
+	})
+	return h, a, err
+}
+
+// create makes and opens a regular file, or opens an existing one.
+func (s *Server) create(parent uint64, name []byte, mode, uid, gid, flags uint32) (proto.Attr, uint64, error) {
+	a, err := s.mknod(parent, name, sIFREG|mode&0o7777, 0, uid, gid)
+	if errors.Is(err, syscall.EEXIST) && flags&oExcl == 0 && checkNewName(name) == 0 {
+		if a, err = s.lookup(parent, name); err != nil {
+			return a, 0, err
+		}
+		if a.Mode&sIFMT == sIFDIR {
+			return a, 0, syscall.EISDIR
+		}
+	} else if err != nil {
+		return a, 0, err
+	} else {
+		flags &^= oTrunc
+	}
+	if flags&oAccMode == 0 {
+		flags |= oWronly
+	}
+	h, a, err := s.openIno(a.Ino, flags)
+	return a, h, err
+}
+
+// fallocate allocates (mode 0 or KEEP_SIZE: the file grows to off+length
+// unless KEEP_SIZE; space is checked, not reserved) or punches a hole
+// (PUNCH_HOLE|KEEP_SIZE).
+func (s *Server) fallocate(ino uint64, mode uint32, off, length int64) error {
+	if off < 0 || length <= 0 || off+length < off {
+		return syscall.EINVAL
+	}
+	defer s.lockData(ino)()
+	n, err := s.viewInode(ino)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n.isDir():
+		return syscall.EISDIR
+	case !n.isReg():
+		return syscall.ENODEV
+	}
+	now := s.opt.Now().UnixNano()
+	end := off + length
+	switch mode {
+	case 0, proto.FallocKeep:
+		if end > maxFileSize {
+			return syscall.EFBIG
+		}
+		if grow := end - int64(n.Size); grow > 0 && s.used.Load()+grow > s.opt.Capacity {
+			return syscall.ENOSPC
+		}
+		if mode == 0 && end > int64(n.Size) {
+			return s.truncateLocked(ino, n, end, now)
+		}
+		return nil
+	case proto.FallocPunch | proto.FallocKeep:
+	default:
+		return syscall.EOPNOTSUPP
+	}
+	size := int64(n.Size)
+	end = min(end, size)
+	if off >= end {
+		return nil
+	}
+	if n.inline() {
+		return s.db.Update(func(tx *bolt.Tx) error {
+			m, err := getInode(tx, ino)
+			if err != nil {
+				return err
+			}
+			d := append([]byte(nil), tx.Bucket(bucketData).Get(inoKey(ino))...)
+			clear(d[off:min(end, int64(len(d)))])
+			m.Mtime, m.Ctime = now, now
+			if err := tx.Bucket(bucketData).Put(inoKey(ino), d); err != nil {
+				return err
+			}
+			return putInode(tx, ino, m)
+		})
+	}
+	var dropped, added int64
+	for b := off / s.bs; b*s.bs < end; b++ {
+		bstart := b * s.bs
+		lo, hi := max(off, bstart)-bstart, min(end, bstart+s.bs)-bstart
+		clen, ok := s.chunkExists(ino, b)
+		if !ok {
+			continue
+		}
+		if lo == 0 && (hi == s.bs || bstart+hi >= size) {
+			if err := s.store.DeleteChunk(s.chunkID(ino, b), 0); err == nil {
+				dropped++
+			}
+			continue
+		}
+		if lo >= clen {
+			continue
+		}
+		buf := make([]byte, clen)
+		if err := s.readBlock(ino, b, buf, 0); err != nil {
+			return err
+		}
+		clear(buf[lo:min(hi, clen)])
+		if err := s.putBlock(ino, b, buf, &added); err != nil {
+			return err
+		}
+	}
+	s.used.Add(-dropped * s.bs)
+	return s.db.Update(func(tx *bolt.Tx) error {
+		m, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		m.Chunks = uint64(max(int64(m.Chunks)-dropped, 0))
+		m.Mtime, m.Ctime = now, now
+		return putInode(tx, ino, m)
+	})
+}

@@ -1,0 +1,173 @@
+package server
+
+import (
+	"encoding/binary"
+	"syscall"
+
+	"github.com/capsule-storage/capsule/fs/internal/proto"
+	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/nvmeof/target"
+)
+
+var _ target.VendorHandler = (*Server)(nil)
+
+// minReply is the smallest reply buffer each operation accepts.
+func minReply(op nvmeof.Opcode) int {
+	switch op {
+	case proto.OpLookup, proto.OpGetAttr, proto.OpSetAttr, proto.OpMkdir, proto.OpMknod, proto.OpSymlink, proto.OpLink:
+		return proto.AttrSize
+	case proto.OpCreate:
+		return proto.CreateReplyLen
+	case proto.OpOpen:
+		return proto.OpenReplyLen
+	case proto.OpStatFS:
+		return proto.StatFSSize
+	case proto.OpReadDir:
+		return proto.DirentHeader + proto.DirentSize(proto.MaxName, false)
+	case proto.OpReadDirPlus:
+		return proto.DirentHeader + proto.DirentSize(proto.MaxName, true)
+	}
+	return 0
+}
+
+// PrepareVendor implements target.VendorHandler: the checks that make a
+// command well formed (protocol.go, "Completions and errors").
+func (s *Server) PrepareVendor(cmd *nvmeof.Command, dataLen, payloadLen int) nvmeof.Status {
+	op := cmd.Opcode
+	if proto.OpName(op) == "" {
+		return nvmeof.StatusInvalidOpcode
+	}
+	if cmd.CDW2|cmd.CDW3 != 0 && op != proto.OpFallocate {
+		return nvmeof.StatusInvalidField
+	}
+	if dataLen < minReply(op) {
+		return nvmeof.StatusInvalidField
+	}
+	switch op {
+	case proto.OpSetAttr:
+		if payloadLen != proto.SetAttrSize {
+			return nvmeof.StatusInvalidField
+		}
+	case proto.OpRead:
+		if int(cmd.CDW14) > dataLen {
+			return nvmeof.StatusInvalidField
+		}
+	case proto.OpSymlink, proto.OpRename, proto.OpSetXattr:
+		n := payloadLen
+		if op.Direction() == nvmeof.HostToController {
+			n = dataLen
+		}
+		if cmd.CDW15>>16 != 0 || int(cmd.CDW15&0xffff) > n {
+			return nvmeof.StatusInvalidField
+		}
+	}
+	return nvmeof.StatusSuccess
+}
+
+// ExecuteVendor implements target.VendorHandler: it runs one file
+// operation and puts its errno in DW0 and the reply length in DW1.
+func (s *Server) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
+	n, err := s.execute(c)
+	c.DW0 = uint32(errnoOf(err))
+	if err != nil {
+		if c.DW0 == uint32(syscall.EIO) {
+			s.log.Warn("fs: operation failed", "op", proto.OpName(c.Cmd.Opcode), "err", err)
+		}
+		n = 0
+	}
+	c.N, c.DW1 = n, uint32(n)
+	return nvmeof.StatusSuccess
+}
+
+func (s *Server) execute(c *target.VendorCommand) (int, error) {
+	cmd := c.Cmd
+	a0, a1 := proto.Arg0(cmd), proto.Arg1(cmd)
+	uid, gid := cmd.CDW12, cmd.CDW13
+	in := c.Payload
+	if cmd.Opcode.Direction() == nvmeof.HostToController {
+		in = c.Data
+	}
+	out := c.Data
+	attr := func(a proto.Attr, err error) (int, error) {
+		if err != nil {
+			return 0, err
+		}
+		a.MarshalTo(out)
+		return proto.AttrSize, nil
+	}
+	switch cmd.Opcode {
+	case proto.OpLookup:
+		return attr(s.lookup(a0, in))
+	case proto.OpGetAttr:
+		return attr(s.getAttr(a0))
+	case proto.OpSetAttr:
+		var sa proto.SetAttr
+		if err := sa.Unmarshal(in); err != nil {
+			return 0, syscall.EINVAL
+		}
+		return attr(s.setAttr(a0, &sa))
+	case proto.OpCreate:
+		a, h, err := s.create(a0, in, cmd.CDW14, uid, gid, cmd.CDW15)
+		if err != nil {
+			return 0, err
+		}
+		a.MarshalTo(out)
+		binary.LittleEndian.PutUint64(out[proto.AttrSize:], h)
+		return proto.CreateReplyLen, nil
+	case proto.OpMkdir:
+		return attr(s.mkdir(a0, in, cmd.CDW14, uid, gid))
+	case proto.OpMknod:
+		return attr(s.mknod(a0, in, cmd.CDW14, cmd.CDW15, uid, gid))
+	case proto.OpSymlink:
+		name, target, _ := proto.SplitPair(in, cmd.CDW15)
+		return attr(s.symlink(a0, name, target, uid, gid))
+	case proto.OpReadlink:
+		return s.readlink(a0, out)
+	case proto.OpLink:
+		return attr(s.link(a0, a1, in))
+	case proto.OpUnlink:
+		return 0, s.unlink(a0, in, false)
+	case proto.OpRmdir:
+		return 0, s.unlink(a0, in, true)
+	case proto.OpRename:
+		name, newName, _ := proto.SplitPair(in, cmd.CDW15)
+		return 0, s.rename(a0, name, a1, newName, cmd.CDW14)
+	case proto.OpOpen:
+		h, a, err := s.openIno(a0, cmd.CDW14)
+		if err != nil {
+			return 0, err
+		}
+		binary.LittleEndian.PutUint64(out, h)
+		a.MarshalTo(out[proto.HandleSize:])
+		return proto.OpenReplyLen, nil
+	case proto.OpRelease:
+		return 0, s.release(a0, a1)
+	case proto.OpRead:
+		return s.read(a0, int64(a1), out[:cmd.CDW14])
+	case proto.OpWrite:
+		return s.write(a0, int64(a1), in, cmd.CDW14&proto.WriteAppend != 0)
+	case proto.OpFsync:
+		if _, err := s.getAttr(a0); err != nil {
+			return 0, err
+		}
+		return 0, s.Sync()
+	case proto.OpReadDir, proto.OpReadDirPlus:
+		return s.readDir(a0, a1, out, cmd.Opcode == proto.OpReadDirPlus)
+	case proto.OpStatFS:
+		st := s.statFS()
+		st.MarshalTo(out)
+		return proto.StatFSSize, nil
+	case proto.OpFallocate:
+		return 0, s.fallocate(a0, cmd.CDW14, int64(a1), int64(proto.Join(cmd.CDW2, cmd.CDW3)))
+	case proto.OpGetXattr:
+		return s.getXattr(a0, in, out)
+	case proto.OpSetXattr:
+		name, value, _ := proto.SplitPair(in, cmd.CDW15)
+		return 0, s.setXattr(a0, name, value, cmd.CDW14)
+	case proto.OpListXattr:
+		return s.listXattr(a0, out)
+	case proto.OpRemoveXattr:
+		return 0, s.removeXattr(a0, in)
+	}
+	return 0, syscall.ENOSYS
+}

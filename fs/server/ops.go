@@ -1,0 +1,834 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"syscall"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/capsule-storage/capsule/fs/internal/proto"
+)
+
+// The metadata operations. Each runs in one bbolt transaction, so it
+// happens wholly or not at all, also across a crash; chunks of files
+// whose last link went are deleted after the commit (a crash in between
+// leaves them to the orphan sweep).
+
+const maxNlink = 1<<31 - 1
+
+// checkName refuses names no entry can have.
+func checkName(name []byte) syscall.Errno {
+	switch {
+	case len(name) == 0:
+		return syscall.ENOENT
+	case len(name) > proto.MaxName:
+		return syscall.ENAMETOOLONG
+	case bytes.IndexByte(name, '/') >= 0 || bytes.IndexByte(name, 0) >= 0:
+		return syscall.EINVAL
+	}
+	return 0
+}
+
+func isDot(name []byte) bool    { return len(name) == 1 && name[0] == '.' }
+func isDotDot(name []byte) bool { return len(name) == 2 && name[0] == '.' && name[1] == '.' }
+
+// checkNewName checks a name an entry is made under: "." and ".." exist.
+func checkNewName(name []byte) syscall.Errno {
+	if e := checkName(name); e != 0 {
+		return e
+	}
+	if isDot(name) || isDotDot(name) {
+		return syscall.EEXIST
+	}
+	return 0
+}
+
+func getInode(tx *bolt.Tx, ino uint64) (*inode, error) {
+	v := tx.Bucket(bucketInodes).Get(inoKey(ino))
+	if v == nil {
+		return nil, syscall.ENOENT
+	}
+	n := new(inode)
+	if err := n.unmarshal(v); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func putInode(tx *bolt.Tx, ino uint64, n *inode) error {
+	return tx.Bucket(bucketInodes).Put(inoKey(ino), n.marshal())
+}
+
+func getDir(tx *bolt.Tx, ino uint64) (*inode, error) {
+	n, err := getInode(tx, ino)
+	if err != nil {
+		return nil, err
+	}
+	if !n.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	return n, nil
+}
+
+func (s *Server) newIno(tx *bolt.Tx) (uint64, error) {
+	sb := tx.Bucket(bucketSuper)
+	v := sb.Get(keyNextIno)
+	if len(v) != 8 {
+		return 0, errCorruptInode
+	}
+	ino := binary.BigEndian.Uint64(v)
+	if ino > maxIno {
+		return 0, syscall.ENOSPC
+	}
+	return ino, sb.Put(keyNextIno, inoKey(ino+1))
+}
+
+// entry looks name up in dir; found is false when there is none.
+func entry(tx *bolt.Tx, dir uint64, name []byte) (ino, cookie uint64, mode uint32, found bool, err error) {
+	v := tx.Bucket(bucketDirents).Get(nameKey(dir, name))
+	if v == nil {
+		return 0, 0, 0, false, nil
+	}
+	ino, cookie, mode, err = parseDirent(v)
+	return ino, cookie, mode, err == nil, err
+}
+
+// addEntry links name in dir (whose record dn the caller puts back) to
+// ino.
+func addEntry(tx *bolt.Tx, dir uint64, dn *inode, name []byte, ino uint64, mode uint32) error {
+	cookie := dn.NextCookie
+	dn.NextCookie++
+	if err := tx.Bucket(bucketDirents).Put(nameKey(dir, name), direntValue(ino, cookie, mode)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketCookies).Put(cookieKey(dir, cookie), name)
+}
+
+func removeEntry(tx *bolt.Tx, dir uint64, name []byte, cookie uint64) error {
+	if err := tx.Bucket(bucketDirents).Delete(nameKey(dir, name)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketCookies).Delete(cookieKey(dir, cookie))
+}
+
+// dirEmpty reports whether dir has no entries.
+func dirEmpty(tx *bolt.Tx, dir uint64) bool {
+	prefix := inoKey(dir)
+	k, _ := tx.Bucket(bucketDirents).Cursor().Seek(prefix)
+	return k == nil || !bytes.HasPrefix(k, prefix)
+}
+
+func (s *Server) attrOf(ino uint64, n *inode) proto.Attr {
+	blocks := n.Chunks * uint64(s.bs) / 512
+	if n.inline() || n.Mode&sIFMT == sIFLNK {
+		blocks = (n.Size + 511) / 512
+	}
+	return proto.Attr{Ino: ino, Gen: 1, Size: n.Size, Blocks: blocks, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime,
+		Mode: n.Mode, Nlink: n.Nlink, UID: n.UID, GID: n.GID, Rdev: n.Rdev}
+}
+
+// lookup finds name in parent.
+func (s *Server) lookup(parent uint64, name []byte) (a proto.Attr, err error) {
+	if e := checkName(name); e != 0 {
+		return a, e
+	}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		dn, err := getDir(tx, parent)
+		if err != nil {
+			return err
+		}
+		ino := parent
+		switch {
+		case isDot(name):
+		case isDotDot(name):
+			ino = dn.Parent
+		default:
+			var found bool
+			if ino, _, _, found, err = entry(tx, parent, name); err != nil {
+				return err
+			} else if !found {
+				return syscall.ENOENT
+			}
+		}
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		a = s.attrOf(ino, n)
+		return nil
+	})
+	return a, err
+}
+
+func (s *Server) getAttr(ino uint64) (a proto.Attr, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		a = s.attrOf(ino, n)
+		return nil
+	})
+	return a, err
+}
+
+// mkInode makes a new inode named name in parent.
+func (s *Server) mkInode(parent uint64, name []byte, n *inode, data []byte) (a proto.Attr, err error) {
+	if e := checkNewName(name); e != 0 {
+		return a, e
+	}
+	now := s.opt.Now().UnixNano()
+	n.Atime, n.Mtime, n.Ctime = now, now, now
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		dn, err := getDir(tx, parent)
+		if err != nil {
+			return err
+		}
+		if dn.Nlink == 0 {
+			return syscall.ENOENT // a directory being removed
+		}
+		if _, _, _, found, err := entry(tx, parent, name); err != nil {
+			return err
+		} else if found {
+			return syscall.EEXIST
+		}
+		ino, err := s.newIno(tx)
+		if err != nil {
+			return err
+		}
+		if n.isDir() {
+			if dn.Nlink >= maxNlink {
+				return syscall.EMLINK
+			}
+			n.Parent = parent
+			n.NextCookie = proto.FirstCookie
+			dn.Nlink++
+		}
+		if err := addEntry(tx, parent, dn, name, ino, n.Mode); err != nil {
+			return err
+		}
+		dn.Mtime, dn.Ctime = now, now
+		if err := putInode(tx, parent, dn); err != nil {
+			return err
+		}
+		if data != nil {
+			if err := tx.Bucket(bucketData).Put(inoKey(ino), data); err != nil {
+				return err
+			}
+		}
+		if err := putInode(tx, ino, n); err != nil {
+			return err
+		}
+		a = s.attrOf(ino, n)
+		return nil
+	})
+	if err == nil {
+		s.inodes.Add(1)
+	}
+	return a, err
+}
+
+func (s *Server) mkdir(parent uint64, name []byte, mode, uid, gid uint32) (proto.Attr, error) {
+	return s.mkInode(parent, name, &inode{Mode: sIFDIR | mode&0o7777, Nlink: 2, UID: uid, GID: gid}, nil)
+}
+
+func (s *Server) mknod(parent uint64, name []byte, mode, rdev, uid, gid uint32) (proto.Attr, error) {
+	switch mode & sIFMT {
+	case sIFREG, 0:
+		return s.mkInode(parent, name, &inode{Mode: sIFREG | mode&0o7777, Nlink: 1, UID: uid, GID: gid, Flags: flagInline}, nil)
+	case sIFIFO, sIFSOCK:
+		return s.mkInode(parent, name, &inode{Mode: mode&sIFMT | mode&0o7777, Nlink: 1, UID: uid, GID: gid}, nil)
+	}
+	return proto.Attr{}, syscall.EPERM
+}
+
+func (s *Server) symlink(parent uint64, name, target []byte, uid, gid uint32) (proto.Attr, error) {
+	switch {
+	case len(target) == 0:
+		return proto.Attr{}, syscall.ENOENT
+	case len(target) > proto.MaxSymlink:
+		return proto.Attr{}, syscall.ENAMETOOLONG
+	}
+	return s.mkInode(parent, name, &inode{Mode: sIFLNK | 0o777, Nlink: 1, UID: uid, GID: gid, Size: uint64(len(target))},
+		append([]byte(nil), target...))
+}
+
+func (s *Server) readlink(ino uint64, buf []byte) (n int, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		in, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		if in.Mode&sIFMT != sIFLNK {
+			return syscall.EINVAL
+		}
+		t := tx.Bucket(bucketData).Get(inoKey(ino))
+		if len(t) > len(buf) {
+			return syscall.ERANGE
+		}
+		n = copy(buf, t)
+		return nil
+	})
+	return n, err
+}
+
+func (s *Server) link(ino, newParent uint64, name []byte) (a proto.Attr, err error) {
+	if e := checkNewName(name); e != 0 {
+		return a, e
+	}
+	now := s.opt.Now().UnixNano()
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		if n.isDir() {
+			return syscall.EPERM
+		}
+		if n.Nlink == 0 {
+			return syscall.ENOENT
+		}
+		if n.Nlink >= maxNlink {
+			return syscall.EMLINK
+		}
+		dn, err := getDir(tx, newParent)
+		if err != nil {
+			return err
+		}
+		if _, _, _, found, err := entry(tx, newParent, name); err != nil {
+			return err
+		} else if found {
+			return syscall.EEXIST
+		}
+		if err := addEntry(tx, newParent, dn, name, ino, n.Mode); err != nil {
+			return err
+		}
+		dn.Mtime, dn.Ctime = now, now
+		n.Nlink++
+		n.Ctime = now
+		if err := putInode(tx, newParent, dn); err != nil {
+			return err
+		}
+		if err := putInode(tx, ino, n); err != nil {
+			return err
+		}
+		a = s.attrOf(ino, n)
+		return nil
+	})
+	return a, err
+}
+
+// gone is an inode whose last link went in a committed transaction: its
+// chunks are deleted after the commit.
+type gone struct {
+	ino    uint64
+	n      inode
+	chunks bool
+}
+
+// dropLink takes one link from ino (record n, name removed by the caller
+// already). A file that keeps no link is deleted, unless it is open: then
+// it waits in bucketOrphans for its last release.
+func (s *Server) dropLink(tx *bolt.Tx, ino uint64, n *inode, now int64, out *[]gone) error {
+	if n.isDir() {
+		n.Nlink = 0
+	} else {
+		n.Nlink--
+	}
+	n.Ctime = now
+	if n.Nlink > 0 {
+		return putInode(tx, ino, n)
+	}
+	if s.isOpen(ino) {
+		if err := tx.Bucket(bucketOrphans).Put(inoKey(ino), nil); err != nil {
+			return err
+		}
+		return putInode(tx, ino, n)
+	}
+	if err := deleteInodeRecords(tx, ino); err != nil {
+		return err
+	}
+	*out = append(*out, gone{ino: ino, n: *n, chunks: n.isReg() && !n.inline()})
+	return nil
+}
+
+// finishGone accounts for inodes deleted by a committed transaction and
+// deletes their chunks.
+func (s *Server) finishGone(gs []gone) {
+	for _, g := range gs {
+		s.inodes.Add(-1)
+		if g.n.isReg() && g.n.inline() {
+			s.used.Add(-int64(g.n.Size))
+		}
+		if g.chunks {
+			s.deleteChunks(g.ino, 0, int64(g.n.Size))
+		}
+	}
+}
+
+func (s *Server) unlink(parent uint64, name []byte, dir bool) error {
+	if e := checkName(name); e != 0 {
+		return e
+	}
+	switch {
+	case dir && isDot(name):
+		return syscall.EINVAL
+	case dir && isDotDot(name):
+		return syscall.ENOTEMPTY
+	case isDot(name) || isDotDot(name):
+		return syscall.EISDIR
+	}
+	now := s.opt.Now().UnixNano()
+	var gs []gone
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		dn, err := getDir(tx, parent)
+		if err != nil {
+			return err
+		}
+		ino, cookie, _, found, err := entry(tx, parent, name)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return syscall.ENOENT
+		}
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		switch {
+		case dir && !n.isDir():
+			return syscall.ENOTDIR
+		case !dir && n.isDir():
+			return syscall.EISDIR
+		case dir && !dirEmpty(tx, ino):
+			return syscall.ENOTEMPTY
+		}
+		if err := removeEntry(tx, parent, name, cookie); err != nil {
+			return err
+		}
+		if dir {
+			dn.Nlink--
+		}
+		dn.Mtime, dn.Ctime = now, now
+		if err := putInode(tx, parent, dn); err != nil {
+			return err
+		}
+		return s.dropLink(tx, ino, n, now, &gs)
+	})
+	if err == nil {
+		s.finishGone(gs)
+	}
+	return err
+}
+
+// isAncestor reports whether a is dir or one of its ancestors.
+func isAncestor(tx *bolt.Tx, a, dir uint64) (bool, error) {
+	for i := 0; ; i++ {
+		if dir == a {
+			return true, nil
+		}
+		if dir == 1 || i > 1<<20 {
+			return false, nil
+		}
+		n, err := getInode(tx, dir)
+		if err != nil {
+			return false, err
+		}
+		dir = n.Parent
+	}
+}
+
+func (s *Server) rename(parent uint64, name []byte, newParent uint64, newName []byte, flags uint32) error {
+	if flags&^(proto.RenameNoRepl|proto.RenameExch) != 0 || flags == proto.RenameNoRepl|proto.RenameExch {
+		return syscall.EINVAL
+	}
+	for _, nm := range [][]byte{name, newName} {
+		if e := checkName(nm); e != 0 {
+			return e
+		}
+		if isDot(nm) || isDotDot(nm) {
+			return syscall.EBUSY
+		}
+	}
+	now := s.opt.Now().UnixNano()
+	var gs []gone
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		src, err := getDir(tx, parent)
+		if err != nil {
+			return err
+		}
+		dst := src
+		if newParent != parent {
+			if dst, err = getDir(tx, newParent); err != nil {
+				return err
+			}
+		}
+		ino, cookie, mode, found, err := entry(tx, parent, name)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return syscall.ENOENT
+		}
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		oino, ocookie, omode, ofound, err := entry(tx, newParent, newName)
+		if err != nil {
+			return err
+		}
+		if flags&proto.RenameExch != 0 && !ofound {
+			return syscall.ENOENT
+		}
+		if ofound && flags&proto.RenameNoRepl != 0 {
+			return syscall.EEXIST
+		}
+		if ofound && oino == ino {
+			return nil // two names of one file: nothing happens
+		}
+		// A directory may not move below itself.
+		if n.isDir() && newParent != parent {
+			if below, err := isAncestor(tx, ino, newParent); err != nil {
+				return err
+			} else if below {
+				return syscall.EINVAL
+			}
+		}
+		var on *inode
+		if ofound {
+			if on, err = getInode(tx, oino); err != nil {
+				return err
+			}
+			if on.isDir() && newParent != parent && flags&proto.RenameExch != 0 {
+				if below, err := isAncestor(tx, oino, parent); err != nil {
+					return err
+				} else if below {
+					return syscall.EINVAL
+				}
+			}
+		}
+		if flags&proto.RenameExch != 0 {
+			// Swap the two entries' targets, keeping their cookies.
+			if err := tx.Bucket(bucketDirents).Put(nameKey(parent, name), direntValue(oino, cookie, omode)); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketDirents).Put(nameKey(newParent, newName), direntValue(ino, ocookie, mode)); err != nil {
+				return err
+			}
+			if newParent != parent {
+				if n.isDir() != on.isDir() {
+					d := int32(1)
+					if on.isDir() {
+						d = -1
+					}
+					src.Nlink = uint32(int32(src.Nlink) - d)
+					dst.Nlink = uint32(int32(dst.Nlink) + d)
+				}
+				if n.isDir() {
+					n.Parent = newParent
+				}
+				if on.isDir() {
+					on.Parent = parent
+				}
+			}
+			n.Ctime, on.Ctime = now, now
+			if err := putInode(tx, ino, n); err != nil {
+				return err
+			}
+			if err := putInode(tx, oino, on); err != nil {
+				return err
+			}
+		} else {
+			if ofound {
+				switch {
+				case n.isDir() && !on.isDir():
+					return syscall.ENOTDIR
+				case !n.isDir() && on.isDir():
+					return syscall.EISDIR
+				case on.isDir() && !dirEmpty(tx, oino):
+					return syscall.ENOTEMPTY
+				}
+				if err := removeEntry(tx, newParent, newName, ocookie); err != nil {
+					return err
+				}
+				if on.isDir() {
+					dst.Nlink--
+				}
+			}
+			if err := removeEntry(tx, parent, name, cookie); err != nil {
+				return err
+			}
+			if err := addEntry(tx, newParent, dst, newName, ino, mode); err != nil {
+				return err
+			}
+			if n.isDir() && newParent != parent {
+				src.Nlink--
+				dst.Nlink++
+				n.Parent = newParent
+			}
+			n.Ctime = now
+			if err := putInode(tx, ino, n); err != nil {
+				return err
+			}
+			if ofound {
+				if err := s.dropLink(tx, oino, on, now, &gs); err != nil {
+					return err
+				}
+			}
+		}
+		src.Mtime, src.Ctime = now, now
+		if err := putInode(tx, parent, src); err != nil {
+			return err
+		}
+		if newParent != parent {
+			dst.Mtime, dst.Ctime = now, now
+			return putInode(tx, newParent, dst)
+		}
+		return nil
+	})
+	if err == nil {
+		s.finishGone(gs)
+	}
+	return err
+}
+
+// Handles.
+
+func (s *Server) isOpen(ino uint64) bool {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	return s.open[ino] > 0
+}
+
+func (s *Server) newHandle(ino uint64) uint64 {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	s.nextHandle++
+	h := s.nextHandle
+	s.handles[h] = ino
+	s.open[ino]++
+	return h
+}
+
+// release closes a handle; the last one of an unlinked file deletes it.
+func (s *Server) release(ino, h uint64) error {
+	s.hmu.Lock()
+	hino, ok := s.handles[h]
+	if !ok || hino != ino {
+		s.hmu.Unlock()
+		return syscall.EBADF
+	}
+	delete(s.handles, h)
+	s.open[ino]--
+	last := s.open[ino] == 0
+	if last {
+		delete(s.open, ino)
+	}
+	s.hmu.Unlock()
+	if !last {
+		return nil
+	}
+	var gs []gone
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketOrphans).Get(inoKey(ino)) == nil || s.isOpen(ino) {
+			return nil
+		}
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketOrphans).Delete(inoKey(ino)); err != nil {
+			return err
+		}
+		if err := deleteInodeRecords(tx, ino); err != nil {
+			return err
+		}
+		gs = append(gs, gone{ino: ino, n: *n, chunks: n.isReg() && !n.inline()})
+		return nil
+	})
+	if err == nil {
+		s.finishGone(gs)
+	}
+	return err
+}
+
+// Extended attributes.
+
+func xattrKey(ino uint64, name []byte) []byte { return nameKey(ino, name) }
+
+func checkXattrName(name []byte) syscall.Errno {
+	switch {
+	case len(name) == 0 || bytes.IndexByte(name, 0) >= 0:
+		return syscall.EINVAL
+	case len(name) > proto.MaxXattrName:
+		return syscall.ERANGE
+	}
+	return 0
+}
+
+func (s *Server) getXattr(ino uint64, name, buf []byte) (n int, err error) {
+	if e := checkXattrName(name); e != 0 {
+		return 0, e
+	}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		if _, err := getInode(tx, ino); err != nil {
+			return err
+		}
+		v := tx.Bucket(bucketXattrs).Get(xattrKey(ino, name))
+		if v == nil {
+			return syscall.ENODATA
+		}
+		if len(v) > len(buf) {
+			return syscall.ERANGE
+		}
+		n = copy(buf, v)
+		return nil
+	})
+	return n, err
+}
+
+func (s *Server) setXattr(ino uint64, name, value []byte, flags uint32) error {
+	if e := checkXattrName(name); e != 0 {
+		return e
+	}
+	if flags&^(proto.XattrCreate|proto.XattrReplace) != 0 || flags == proto.XattrCreate|proto.XattrReplace {
+		return syscall.EINVAL
+	}
+	if len(value) > proto.MaxXattrValue {
+		return syscall.E2BIG
+	}
+	now := s.opt.Now().UnixNano()
+	return s.db.Update(func(tx *bolt.Tx) error {
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketXattrs)
+		k := xattrKey(ino, name)
+		exists := b.Get(k) != nil
+		switch {
+		case flags&proto.XattrCreate != 0 && exists:
+			return syscall.EEXIST
+		case flags&proto.XattrReplace != 0 && !exists:
+			return syscall.ENODATA
+		}
+		if err := b.Put(k, append([]byte(nil), value...)); err != nil {
+			return err
+		}
+		n.Ctime = now
+		return putInode(tx, ino, n)
+	})
+}
+
+func (s *Server) listXattr(ino uint64, buf []byte) (n int, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		if _, err := getInode(tx, ino); err != nil {
+			return err
+		}
+		prefix := inoKey(ino)
+		c := tx.Bucket(bucketXattrs).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			name := k[8:]
+			if n+len(name)+1 > len(buf) {
+				return syscall.ERANGE
+			}
+			n += copy(buf[n:], name)
+			buf[n] = 0
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+func (s *Server) removeXattr(ino uint64, name []byte) error {
+	if e := checkXattrName(name); e != 0 {
+		return e
+	}
+	now := s.opt.Now().UnixNano()
+	return s.db.Update(func(tx *bolt.Tx) error {
+		n, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketXattrs)
+		k := xattrKey(ino, name)
+		if b.Get(k) == nil {
+			return syscall.ENODATA
+		}
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+		n.Ctime = now
+		return putInode(tx, ino, n)
+	})
+}
+
+// readDir fills buf with the entries after cookie.
+func (s *Server) readDir(ino, cookie uint64, buf []byte, plus bool) (n int, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		dn, err := getDir(tx, ino)
+		if err != nil {
+			return err
+		}
+		w := proto.NewDirentWriter(buf, plus)
+		add := func(name []byte, child, ck uint64, mode uint32) (bool, error) {
+			e := proto.Dirent{Ino: child, Cookie: ck, Mode: mode & sIFMT, Name: name}
+			if plus {
+				cn, err := getInode(tx, child)
+				if err != nil {
+					return false, err
+				}
+				e.Attr = s.attrOf(child, cn)
+			}
+			return w.Add(&e), nil
+		}
+		if cookie < proto.CookieDot {
+			if ok, err := add([]byte("."), ino, proto.CookieDot, sIFDIR); err != nil || !ok {
+				n = w.Finish(false)
+				return err
+			}
+		}
+		if cookie < proto.CookieDotDot {
+			if ok, err := add([]byte(".."), dn.Parent, proto.CookieDotDot, sIFDIR); err != nil || !ok {
+				n = w.Finish(false)
+				return err
+			}
+		}
+		prefix := inoKey(ino)
+		c := tx.Bucket(bucketCookies).Cursor()
+		for k, name := c.Seek(cookieKey(ino, max(cookie+1, proto.FirstCookie))); k != nil && bytes.HasPrefix(k, prefix); k, name = c.Next() {
+			child, ck, mode, found, err := entry(tx, ino, name)
+			if err != nil {
+				return err
+			}
+			if !found {
+				continue
+			}
+			ok, err := add(name, child, ck, mode)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				n = w.Finish(false)
+				return nil
+			}
+		}
+		n = w.Finish(true)
+		return nil
+	})
+	return n, err
+}
+
+func (s *Server) statFS() proto.StatFS {
+	const bsize = 4096
+	capacity := s.opt.Capacity / bsize
+	used := (s.used.Load() + bsize - 1) / bsize
+	free := max(capacity-used, 0)
+	files := uint64(maxInodes)
+	return proto.StatFS{Blocks: uint64(capacity), Bfree: uint64(free), Bavail: uint64(free),
+		Files: files, Ffree: files - min(uint64(s.inodes.Load()), files), Bsize: bsize, Frsize: bsize, NameLen: proto.MaxName}
+}

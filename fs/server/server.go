@@ -1,0 +1,346 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/capsule-storage/capsule/chunkstore"
+)
+
+// Defaults of Options.
+const (
+	DefaultBlockSize = 256 << 10
+	DefaultInlineMax = 4096
+	DefaultCapacity  = 1 << 40
+	// maxFileSize keeps block indexes within the 48 bits a chunk ID has.
+	maxFileSize = 1<<63 - 1
+	// maxInodes is what STATFS reports as the inode limit.
+	maxInodes = 1 << 32
+)
+
+// Options configure Open.
+type Options struct {
+	// BlockSize is the file data each chunk holds (a power of two, 4 KiB
+	// to 8 MiB). Default DefaultBlockSize: one full stripe of the default
+	// 4+2 geometry with 64 KiB units.
+	BlockSize int
+	// InlineMax is the largest file kept inline in the metadata database.
+	// Default DefaultInlineMax; -1 keeps no file inline.
+	InlineMax int
+	// Capacity is the space STATFS reports and writes may fill, in bytes
+	// of file data. Default DefaultCapacity.
+	Capacity int64
+	// FSID tells this file system's chunks from others' in the same
+	// store: chunk IDs carry it.
+	FSID uint16
+	// Logger, default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for timestamps; default time.Now.
+	Now func() time.Time
+}
+
+// Server is a file namespace: metadata in a bbolt database, file data in
+// a chunkstore. It implements target.VendorHandler. Its methods are safe
+// for concurrent use.
+type Server struct {
+	db    *bolt.DB
+	store *chunkstore.Store
+	opt   Options
+	log   *slog.Logger
+	bs    int64
+
+	// dataLocks serialize the data operations of one inode (write,
+	// truncate, punch, the deletion of its chunks) and let reads run
+	// together; indexed by ino modulo their number. Taken before any
+	// bbolt transaction, never two at once.
+	dataLocks [256]sync.RWMutex
+
+	// hmu guards handles, open and nextHandle.
+	hmu        sync.Mutex
+	handles    map[uint64]uint64 // handle → ino
+	open       map[uint64]int    // ino → open handles
+	nextHandle uint64
+
+	used   atomic.Int64 // bytes of file data allocated: chunks × BlockSize + inline bytes
+	inodes atomic.Int64
+	closed atomic.Bool
+}
+
+// Open opens (or creates) the file namespace whose metadata is the bbolt
+// file dbPath and whose data is in store, then recovers from any crash:
+// files unlinked while open are deleted, and chunks no file owns are
+// deleted (the orphan sweep).
+func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) {
+	if opt.BlockSize == 0 {
+		opt.BlockSize = DefaultBlockSize
+	}
+	if opt.BlockSize < 4096 || opt.BlockSize > 8<<20 || opt.BlockSize&(opt.BlockSize-1) != 0 {
+		return nil, fmt.Errorf("fs/server: block size %d: want a power of two from 4 KiB to 8 MiB", opt.BlockSize)
+	}
+	switch {
+	case opt.InlineMax == 0:
+		opt.InlineMax = DefaultInlineMax
+	case opt.InlineMax < 0:
+		opt.InlineMax = 0
+	case opt.InlineMax > opt.BlockSize:
+		return nil, fmt.Errorf("fs/server: inline limit %d above the block size %d", opt.InlineMax, opt.BlockSize)
+	}
+	if opt.Capacity == 0 {
+		opt.Capacity = DefaultCapacity
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if err := os.MkdirAll(filepath.Dir(dbPath), 0o755); err != nil {
+		return nil, err
+	}
+	db, err := bolt.Open(dbPath, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("fs/server: %s: %w", dbPath, err)
+	}
+	s := &Server{db: db, store: store, opt: opt, log: opt.Logger, bs: int64(opt.BlockSize),
+		handles: map[uint64]uint64{}, open: map[uint64]int{}}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.recover(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// init creates the buckets and the root directory of a new database.
+func (s *Server) init() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		sb := tx.Bucket(bucketSuper)
+		if v := sb.Get(keyVersion); v != nil {
+			if len(v) != 4 || binary.LittleEndian.Uint32(v) != formatVersion {
+				return fmt.Errorf("fs/server: metadata format %x, this build reads %d", v, formatVersion)
+			}
+			return nil
+		}
+		var v [4]byte
+		binary.LittleEndian.PutUint32(v[:], formatVersion)
+		if err := sb.Put(keyVersion, v[:]); err != nil {
+			return err
+		}
+		now := s.opt.Now().UnixNano()
+		root := &inode{Mode: sIFDIR | 0o755, Nlink: 2, Atime: now, Mtime: now, Ctime: now, NextCookie: 3, Parent: 1}
+		if err := tx.Bucket(bucketInodes).Put(inoKey(1), root.marshal()); err != nil {
+			return err
+		}
+		return sb.Put(keyNextIno, inoKey(2))
+	})
+}
+
+// Close closes the metadata database. The chunkstore is the caller's.
+func (s *Server) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.db.Close()
+}
+
+// Sync makes every completed operation durable: the chunkstore is
+// synced; metadata is durable at each transaction's commit already.
+func (s *Server) Sync() error {
+	return s.store.Sync()
+}
+
+// Chunk IDs: 2 bytes of magic, the FSID, 48 bits of inode number and 48
+// bits of block index, big endian, so the IDs of one file sort by block.
+const (
+	chunkMagic0 = 0xcf
+	chunkMagic1 = 0x5f
+	maxIno      = 1<<48 - 1
+)
+
+func (s *Server) chunkID(ino uint64, block int64) chunkstore.ChunkID {
+	var id chunkstore.ChunkID
+	id[0], id[1] = chunkMagic0, chunkMagic1
+	binary.BigEndian.PutUint16(id[2:], s.opt.FSID)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], ino)
+	copy(id[4:10], b[2:])
+	binary.BigEndian.PutUint64(b[:], uint64(block))
+	copy(id[10:16], b[2:])
+	return id
+}
+
+// parseChunkID returns the inode and block of one of this file system's
+// chunk IDs.
+func (s *Server) parseChunkID(id chunkstore.ChunkID) (ino uint64, block int64, ok bool) {
+	if id[0] != chunkMagic0 || id[1] != chunkMagic1 || binary.BigEndian.Uint16(id[2:]) != s.opt.FSID {
+		return 0, 0, false
+	}
+	var b [8]byte
+	copy(b[2:], id[4:10])
+	ino = binary.BigEndian.Uint64(b[:])
+	copy(b[2:], id[10:16])
+	return ino, int64(binary.BigEndian.Uint64(b[:])), true
+}
+
+// recover deletes what a crash or an unclean stop left: inodes unlinked
+// while open (bucketOrphans), and chunks that no file owns (their inode is
+// gone, not a regular file with chunked data, or they lie past the end of
+// the file). It then recounts each file's chunks and the space in use.
+func (s *Server) recover() error {
+	var orphans [][]byte
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketOrphans).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			orphans = append(orphans, append([]byte(nil), k...))
+		}
+		for _, k := range orphans {
+			if err := deleteInodeRecords(tx, binary.BigEndian.Uint64(k)); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketOrphans).Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	counts := map[uint64]uint64{}
+	deleted := 0
+	for _, ci := range s.store.Chunks() {
+		ino, block, ok := s.parseChunkID(ci.ID)
+		if !ok {
+			continue
+		}
+		keep := false
+		_ = s.db.View(func(tx *bolt.Tx) error {
+			var n inode
+			if v := tx.Bucket(bucketInodes).Get(inoKey(ino)); v != nil && n.unmarshal(v) == nil {
+				keep = n.isReg() && !n.inline() && block*s.bs < int64(n.Size)
+			}
+			return nil
+		})
+		if keep {
+			counts[ino]++
+			continue
+		}
+		if err := s.store.DeleteChunk(ci.ID, 0); err != nil && !errors.Is(err, chunkstore.ErrNotFound) {
+			return fmt.Errorf("fs/server: orphan sweep: %w", err)
+		}
+		deleted++
+	}
+	var used, inodes int64
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketInodes)
+		type fix struct {
+			k []byte
+			n inode
+		}
+		var fixes []fix
+		err := b.ForEach(func(k, v []byte) error {
+			var n inode
+			if err := n.unmarshal(v); err != nil {
+				return fmt.Errorf("inode %x: %w", k, err)
+			}
+			inodes++
+			ino := binary.BigEndian.Uint64(k)
+			if n.isReg() && !n.inline() && n.Chunks != counts[ino] {
+				n.Chunks = counts[ino]
+				fixes = append(fixes, fix{append([]byte(nil), k...), n})
+			}
+			if n.isReg() && n.inline() {
+				used += int64(n.Size)
+			} else {
+				used += int64(counts[ino]) * s.bs
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, f := range fixes {
+			if err := b.Put(f.k, f.n.marshal()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.used.Store(used)
+	s.inodes.Store(inodes)
+	if deleted > 0 || len(orphans) > 0 {
+		s.log.Info("fs: recovered", "orphan_inodes", len(orphans), "orphan_chunks", deleted)
+		return s.store.Sync()
+	}
+	return nil
+}
+
+// deleteInodeRecords removes an inode and what hangs off it in the
+// database: inline data or symlink target, xattrs. Its chunks are
+// deleted by the caller after the commit (or by the next sweep).
+func deleteInodeRecords(tx *bolt.Tx, ino uint64) error {
+	if err := tx.Bucket(bucketInodes).Delete(inoKey(ino)); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketData).Delete(inoKey(ino)); err != nil {
+		return err
+	}
+	c := tx.Bucket(bucketXattrs).Cursor()
+	prefix := inoKey(ino)
+	for k, _ := c.Seek(prefix); k != nil && len(k) >= 8 && string(k[:8]) == string(prefix); k, _ = c.Seek(prefix) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stats is what the server holds.
+type Stats struct {
+	Inodes    int64
+	UsedBytes int64
+	Handles   int
+}
+
+// Stats returns the counts the server keeps.
+func (s *Server) Stats() Stats {
+	s.hmu.Lock()
+	h := len(s.handles)
+	s.hmu.Unlock()
+	return Stats{Inodes: s.inodes.Load(), UsedBytes: s.used.Load(), Handles: h}
+}
+
+// errnoOf maps a Go error from the layers below to an errno.
+func errnoOf(err error) syscall.Errno {
+	var e syscall.Errno
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e):
+		return e
+	case chunkstore.IsNoSpace(err):
+		return syscall.ENOSPC
+	}
+	return syscall.EIO
+}
