@@ -13,15 +13,15 @@ const RootIno Ino = 1
 // Attr is an inode's attributes. Mode holds the file type and the
 // permission bits as in syscall.Stat_t.Mode (S_IFREG|0644 ...).
 type Attr struct {
-	Ino    Ino
-	Gen    uint64 // generation: changes when an inode number is reused
-	Mode   uint32
-	Nlink  uint32
-	Uid    uint32
-	Gid    uint32
-	Rdev   uint32
-	Size   uint64
-	Blocks uint64 // 512-byte blocks allocated
+	Ino                 Ino
+	Gen                 uint64 // generation: changes when an inode number is reused
+	Mode                uint32
+	Nlink               uint32
+	Uid                 uint32
+	Gid                 uint32
+	Rdev                uint32
+	Size                uint64
+	Blocks              uint64 // 512-byte blocks allocated
 	Atime, Mtime, Ctime time.Time
 }
 
