@@ -87,6 +87,22 @@ func TestWirecheckTraffic(t *testing.T) {
 	wc := waitWC(t, b.cq)
 	assert.Equal(t, rdma.WCRecvWriteImm, wc.Opcode)
 	assert.Equal(t, uint32(42), wc.Imm)
+	// RDMA Writes and small inline Sends posted together, as an NVMe-oF
+	// target answers reads: one batch, several FPDUs per TCP segment.
+	batch := make([]rdma.SendWR, 0, 16)
+	for i := range 8 {
+		recv(t, b.qp, uint64(100+i), rdma.SGEOf(b.mr, 65536+i*64, 64))
+		batch = append(batch,
+			rdma.SendWR{ID: uint64(200 + i), Op: rdma.OpWrite, SGL: []rdma.SGE{rdma.SGEOf(a.mr, i*4096, 4096)},
+				RemoteAddr: b.mr.Addr() + 131072 + uint64(i*4096), RKey: b.mr.RKey()},
+			rdma.SendWR{ID: uint64(300 + i), Op: rdma.OpSend, Flags: rdma.Inline | rdma.Signaled, SGL: []rdma.SGE{rdma.SGEOf(a.mr, i*16, 16)}})
+	}
+	post(t, a.qp, batch...)
+	for i := range 8 {
+		assert.Equal(t, rdma.WC{ID: uint64(300 + i), Opcode: rdma.WCSend, QPNum: a.qp.Num()}, waitWC(t, a.cq))
+		assert.Equal(t, rdma.WC{ID: uint64(100 + i), Opcode: rdma.WCRecv, ByteLen: 16, QPNum: b.qp.Num()}, waitWC(t, b.cq))
+	}
+	assert.Equal(t, a.mr.Bytes()[:8*4096], b.mr.Bytes()[131072:131072+8*4096])
 	// Both ends close with nothing left unread: FIN, no reset.
 	require.NoError(t, a.qp.Close())
 	waitDone(t, b.qp)
