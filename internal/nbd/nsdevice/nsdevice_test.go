@@ -7,8 +7,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -40,9 +42,9 @@ func bridge(t *testing.T) (string, *blockdev.Memory) {
 
 // bridgeAt is bridge with the target listening at url; it also returns
 // the host's controller and the target's address.
-func bridgeAt(t *testing.T, url string) (string, *blockdev.Memory, *host.Controller, string) {
+func bridgeAt(t testing.TB, url string) (string, *blockdev.Memory, *host.Controller, string) {
 	t.Helper()
-	tgt, err := target.New()
+	tgt, err := target.New(target.WithLogger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
 	t.Cleanup(func() { tgt.Close() })
 	sub, err := tgt.AddSubsystem(target.SubsystemConfig{NQN: nqn, AllowAnyHost: true})
@@ -78,6 +80,9 @@ func bridgeAt(t *testing.T, url string) (string, *blockdev.Memory, *host.Control
 	})
 	return l.Addr().String(), dev, c, addr
 }
+
+// shmURL names an shm endpoint of its own.
+func shmURL() string { return fmt.Sprintf("shm://nsdevice-%d-%d", os.Getpid(), rand.Uint32()) }
 
 // rawClient speaks just enough NBD for these tests: NBD_OPT_EXPORT_NAME
 // and simple replies.
