@@ -34,7 +34,14 @@ func requireTool(t *testing.T, name string) string {
 // begins with readyPrefix; the test stops it by pid (daemon.stop).
 func startBinary(t *testing.T, name, readyPrefix string, args ...string) *daemon {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	return startCommand(t, name, readyPrefix, append([]string{filepath.Join(binDir, name)}, args...))
+}
+
+// startCommand runs argv (a binary, or `ip netns exec NS` and a binary,
+// which execs it under the same pid) and waits for its ready line.
+func startCommand(t *testing.T, name, readyPrefix string, argv []string) *daemon {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = t.TempDir()
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
