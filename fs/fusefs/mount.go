@@ -6,11 +6,13 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // MaxWrite is the largest READ or WRITE request the kernel sends: 1 MiB,
@@ -27,8 +29,10 @@ type Options struct {
 	EntryTimeout time.Duration
 
 	// MaxReadAhead is the kernel's read-ahead window for buffered reads,
-	// in bytes (0: DefaultMaxReadAhead; the kernel caps it at its own
-	// maximum).
+	// in bytes (0: DefaultMaxReadAhead). FUSE's INIT can ask for at most
+	// 128 KiB; a larger window is set through the mount's backing device
+	// in sysfs (/sys/class/bdi/MAJ:MIN/read_ahead_kb), which needs root,
+	// and stays at 128 KiB where that fails.
 	MaxReadAhead int
 	// Readers is how many goroutines may wait for requests on the FUSE
 	// device at once (go-fuse's MaxReaders, which it derives from
@@ -51,7 +55,7 @@ type Options struct {
 
 // DefaultMaxReadAhead is the read-ahead window when Options.MaxReadAhead
 // is zero; see BENCHMARKS.md (R6) for how it was chosen.
-const DefaultMaxReadAhead = 128 << 10
+const DefaultMaxReadAhead = 1 << 20
 
 // Mount mounts the file system c serves at mountpoint and starts serving
 // it. It returns once the kernel has answered INIT and a stat of the
@@ -105,9 +109,27 @@ func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 	if err != nil {
 		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}
-	if _, err := os.Stat(mountpoint); err != nil {
+	var st syscall.Stat_t
+	if err := syscall.Stat(mountpoint, &st); err != nil {
 		server.Unmount()
 		return nil, fmt.Errorf("fusefs: %s is mounted but does not answer: %w", mountpoint, err)
 	}
+	if readAhead > kernelReadAhead {
+		if err := setReadAhead(st.Dev, readAhead); err != nil && o.Logger != nil {
+			o.Logger.Printf("fusefs: read-ahead stays at %d KiB: %v", kernelReadAhead>>10, err)
+		}
+	}
 	return server, nil
+}
+
+// kernelReadAhead is the most read-ahead a FUSE mount asks for at INIT
+// can get: the kernel caps it at its default window.
+const kernelReadAhead = 128 << 10
+
+// setReadAhead raises the read-ahead window of the mount's backing
+// device (dev, st_dev of the mountpoint) beyond what FUSE's INIT can ask
+// for, through sysfs; this needs root.
+func setReadAhead(dev uint64, bytes int) error {
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(dev), unix.Minor(dev))
+	return os.WriteFile(p, []byte(strconv.Itoa(bytes>>10)), 0o644)
 }
