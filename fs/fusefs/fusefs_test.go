@@ -494,3 +494,20 @@ func TestLocks(t *testing.T) {
 	require.NoError(t, unix.Flock(int(f3.Fd()), unix.LOCK_UN))
 	require.NoError(t, unix.Flock(int(f4.Fd()), unix.LOCK_SH|unix.LOCK_NB))
 }
+
+// TestReadAhead: a read-ahead window beyond FUSE's 128 KiB lands on the
+// mount's backing device.
+func TestReadAhead(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("setting the read-ahead in sysfs needs root")
+		}
+		t.Skip("setting the read-ahead in sysfs needs root")
+	}
+	mnt, _ := mountMem(t, Options{MaxReadAhead: 2 << 20})
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Stat(mnt, &st))
+	b, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	require.NoError(t, err)
+	assert.Equal(t, "2048", strings.TrimSpace(string(b)))
+}
