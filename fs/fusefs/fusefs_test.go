@@ -511,3 +511,20 @@ func TestReadAhead(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "2048", strings.TrimSpace(string(b)))
 }
+
+// TestBlocks: st_blocks is the target's count, so holes take no space.
+func TestBlocks(t *testing.T) {
+	mnt, m := mountMem(t, Options{})
+	f := filepath.Join(mnt, "sparse")
+	fd, err := os.Create(f)
+	require.NoError(t, err)
+	_, err = fd.WriteAt([]byte("x"), 1<<30)
+	require.NoError(t, err)
+	require.NoError(t, fd.Close())
+	a, err := m.Lookup(context.Background(), RootIno, "sparse")
+	require.NoError(t, err)
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Stat(f, &st))
+	assert.Equal(t, int64(a.Blocks), st.Blocks)
+	assert.EqualValues(t, memPage/512, st.Blocks)
+}

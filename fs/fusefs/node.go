@@ -168,6 +168,9 @@ func fillAttr(out *fuse.Attr, a *Attr) {
 	out.Nlink = a.Nlink
 	out.Owner = fuse.Owner{Uid: a.Uid, Gid: a.Gid}
 	out.Rdev = a.Rdev
+	// A nonzero Blksize keeps go-fuse from replacing Blocks with the
+	// size rounded up, so holes show in st_blocks.
+	out.Blksize = 4096
 	out.Atime, out.Atimensec = timeParts(a.Atime)
 	out.Mtime, out.Mtimensec = timeParts(a.Mtime)
 	out.Ctime, out.Ctimensec = timeParts(a.Ctime)
