@@ -11,9 +11,9 @@ import (
 
 // fabricsConnect sends the queue's Fabrics Connect command and returns the
 // controller ID the controller answered with. The 1024 bytes of Connect
-// data go behind a keyed SGL on the admin queue (as Linux hosts send them)
-// and in the capsule on I/O queues when the controller takes in-capsule
-// data.
+// data go behind a keyed SGL on an RDMA admin queue (as Linux hosts send
+// them), in the capsule on a TCP admin queue (likewise), and in the
+// capsule on I/O queues when the controller takes in-capsule data.
 func (q *queue) fabricsConnect(ctx context.Context, subNQN string, cntlid uint16, kato uint32) (uint16, error) {
 	c := q.ctrl
 	cmd := (&nvmeof.Connect{QID: q.qid, SQSize: uint16(q.cfg.entries - 1), KATO: kato}).Command()
@@ -22,7 +22,7 @@ func (q *queue) fabricsConnect(ctx context.Context, subNQN string, cntlid uint16
 	if _, err := cd.MarshalTo(data); err != nil {
 		return 0, err
 	}
-	cqe, err := q.exec(ctx, cmd, data, nvmeof.HostToController, q.qid != 0)
+	cqe, err := q.exec(ctx, cmd, data, nvmeof.HostToController, q.qid != 0 || c.tcp)
 	if err != nil {
 		var ce *CommandError
 		if errors.As(err, &ce) {
@@ -186,7 +186,7 @@ func pageShift(cap nvmeof.CAP) uint8 {
 
 // checkController makes the checks a Linux host makes of Identify
 // Controller before it uses a fabrics controller.
-func checkController(id *nvmeof.IdentifyController, cntlid uint16, discovery bool) error {
+func checkController(id *nvmeof.IdentifyController, cntlid uint16, discovery, keyed bool) error {
 	switch {
 	case id.CNTLID != cntlid:
 		return &ControllerCheckError{Field: "CNTLID", Problem: fmt.Sprintf("Identify says %#04x, Connect returned %#04x", id.CNTLID, cntlid)}
@@ -198,7 +198,9 @@ func checkController(id *nvmeof.IdentifyController, cntlid uint16, discovery boo
 		return &ControllerCheckError{Field: "IORCSZ", Problem: fmt.Sprintf("%d, below 1 (a 16-byte response)", id.IORCSZ)}
 	case id.MAXCMD == 0:
 		return &ControllerCheckError{Field: "MAXCMD", Problem: "0: maximum outstanding commands not set"}
-	case id.SGLS&nvmeof.SGLSKeyedDataBlock == 0:
+	case !keyed && id.SGLS&(nvmeof.SGLSSupported|nvmeof.SGLSSupportedDwordAligned) == 0:
+		return &ControllerCheckError{Field: "SGLS", Problem: fmt.Sprintf("%#x: SGLs not supported, and NVMe over Fabrics needs them", id.SGLS)}
+	case keyed && id.SGLS&nvmeof.SGLSKeyedDataBlock == 0:
 		return &ControllerCheckError{Field: "SGLS", Problem: fmt.Sprintf("%#x: keyed SGL data blocks (bit 2) not supported, and the RDMA binding needs them", id.SGLS)}
 	case id.ICDOFF != 0:
 		return &ControllerCheckError{Field: "ICDOFF", Problem: fmt.Sprintf("%d: in-capsule data must start right after the SQE", id.ICDOFF)}

@@ -15,7 +15,7 @@ func TestNoAllocationsPerIO(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on synchronization")
 	}
-	forEachTransport(t, false, func(t *testing.T, url string) {
+	forEachTargetTransport(t, false, func(t *testing.T, url string) {
 		rt := newTarget(t, url, 8<<20, 4096, nil)
 		c := dialTarget(t, rt, WithQueues(1), WithQueueDepth(8))
 		ns, err := c.Namespace(1)

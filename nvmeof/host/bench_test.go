@@ -177,7 +177,7 @@ func BenchmarkRandRead4KiB(b *testing.B) {
 		el := preadRun(b, f, offs, buf, b.N)
 		b.ReportMetric(float64(b.N)/el.Seconds(), "IOPS")
 	})
-	for _, url := range listenURLs(false) {
+	for _, url := range targetURLs(false) {
 		b.Run(schemeOf(url)+"-qd32", func(b *testing.B) {
 			d := newQDReader(benchNamespace(b, url), benchQD)
 			d.run(b, 2000)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,7 +78,10 @@ type Controller struct {
 	discovery bool
 	cfg       config
 	log       *slog.Logger
-	pd        rdma.PD
+	// tcp: the NVMe/TCP binding (tcp://HOST:PORT); otherwise RDMA
+	// through pd.
+	tcp bool
+	pd  rdma.PD
 
 	// ctx is canceled when Close starts; reconnect attempts use it.
 	ctx    context.Context
@@ -182,7 +186,7 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Controller, error) 
 	}
 	a, err := c.connect(ctx)
 	if err != nil {
-		c.pd.Close()
+		c.closePD()
 		c.cancel()
 		return nil, err
 	}
@@ -198,16 +202,24 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Controller, error) 
 }
 
 func newController(url string, cfg config, subNQN string, discovery bool) (*Controller, error) {
-	_, host, err := rdma.ParseURL(url)
-	if err != nil {
-		return nil, err
-	}
-	pd, err := rdma.OpenPD(url)
-	if err != nil {
-		return nil, err
+	var (
+		host string
+		pd   rdma.PD
+		tcp  bool
+	)
+	if hp, ok := tcpHostPort(url); ok {
+		host, tcp = hp, true
+	} else {
+		var err error
+		if _, host, err = rdma.ParseURL(url); err != nil {
+			return nil, err
+		}
+		if pd, err = rdma.OpenPD(url); err != nil {
+			return nil, err
+		}
 	}
 	c := &Controller{
-		url: url, host: host, subNQN: subNQN, discovery: discovery,
+		url: url, host: host, subNQN: subNQN, discovery: discovery, tcp: tcp,
 		cfg: cfg, log: cfg.logger.With("url", url, "subnqn", subNQN), pd: pd,
 		namespaces: map[uint32]*Namespace{},
 		closing:    make(chan struct{}),
@@ -228,7 +240,12 @@ func (c *Controller) connect(ctx context.Context) (a *association, err error) {
 			a = nil
 		}
 	}()
-	if a.admin, err = newQueue(c, a, queueConfig{qid: 0, entries: adminQueueEntries}); err != nil {
+	aqc := queueConfig{qid: 0, entries: adminQueueEntries}
+	if c.tcp {
+		// NVMe/TCP admin queues take 8 KiB of in-capsule data.
+		aqc.icd, aqc.area = tcpAdminCapsuleData, tcpAdminCapsuleData
+	}
+	if a.admin, err = newQueue(c, a, aqc); err != nil {
 		return a, err
 	}
 	if err = a.admin.connect(ctx, c.host, 0); err != nil {
@@ -260,7 +277,7 @@ func (c *Controller) connect(ctx context.Context) (a *association, err error) {
 	if err = a.id.UnmarshalBinary(buf); err != nil {
 		return a, fmt.Errorf("%w: Identify Controller: %w", ErrIncompatibleController, err)
 	}
-	if err = checkController(&a.id, a.cntlid, c.discovery); err != nil {
+	if err = checkController(&a.id, a.cntlid, c.discovery, !c.tcp); err != nil {
 		return a, err
 	}
 	if a.id.SUBNQN != "" && a.id.SUBNQN != c.subNQN {
@@ -841,10 +858,29 @@ func (c *Controller) Close() error {
 		r.failRest(ErrClosed)
 		r.finish()
 	}
-	err := c.pd.Close()
+	err := c.closePD()
 	c.mu.Lock()
 	c.state = StateClosed
 	c.mu.Unlock()
 	close(c.closed)
 	return err
+}
+
+// closePD closes the RDMA protection domain, if the transport has one.
+func (c *Controller) closePD() error {
+	if c.pd == nil {
+		return nil
+	}
+	return c.pd.Close()
+}
+
+// tcpHostPort returns HOST:PORT of a tcp://HOST:PORT URL. fault+tcp://
+// is the same for the host: the listener of such a URL cuts connections
+// (internal/netfault).
+func tcpHostPort(url string) (string, bool) {
+	rest, ok := strings.CutPrefix(url, "tcp://")
+	if !ok {
+		rest, ok = strings.CutPrefix(url, "fault+tcp://")
+	}
+	return rest, ok
 }

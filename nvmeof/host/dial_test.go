@@ -183,7 +183,14 @@ func TestEntryURL(t *testing.T) {
 	u, err := EntryURL(e)
 	require.NoError(t, err)
 	assert.Equal(t, "rdma://[::1]:4420", u)
-	e.TRTYPE = nvmeof.TransportTCP
+	tcp := nvmeof.DiscoveryLogEntry{TRTYPE: nvmeof.TransportTCP, ADRFAM: nvmeof.AddressFamilyIPv6, TRADDR: "::1", TRSVCID: "4420"}
+	u, err = EntryURL(tcp)
+	require.NoError(t, err)
+	assert.Equal(t, "tcp://[::1]:4420", u)
+	tcp.TSAS[nvmeof.TSASOffsetTCPSECTYPE] = nvmeof.TCPSecTypeTLS13
+	_, err = EntryURL(tcp)
+	assert.ErrorIs(t, err, ErrNotSupported, "TLS is not supported")
+	e.TRTYPE = nvmeof.TransportFC
 	_, err = EntryURL(e)
 	assert.ErrorIs(t, err, ErrNotSupported)
 	for _, trtype := range []nvmeof.TransportType{nvmeof.TransportRDMA, nvmeof.TransportIntraHost} {

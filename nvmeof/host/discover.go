@@ -28,7 +28,7 @@ func Discover(ctx context.Context, url string, opts ...Option) ([]nvmeof.Discove
 	}
 	a, err := c.connect(ctx)
 	if err != nil {
-		c.pd.Close()
+		c.closePD()
 		c.cancel()
 		return nil, err
 	}
@@ -79,7 +79,8 @@ func Discover(ctx context.Context, url string, opts ...Option) ([]nvmeof.Discove
 // shm://TRADDR for an intra-host entry (ADRFAM FEh, as the project's
 // target describes its shm listeners under TRTYPE RDMA, or TRTYPE FEh),
 // iwarp://TRADDR:TRSVCID for an RDMA entry whose provider type is iWARP,
-// and rdma://TRADDR:TRSVCID for other RDMA entries.
+// rdma://TRADDR:TRSVCID for other RDMA entries, and tcp://TRADDR:TRSVCID
+// for TCP entries without TLS (SECTYPE 0).
 func EntryURL(e nvmeof.DiscoveryLogEntry) (string, error) {
 	if e.ADRFAM == nvmeof.AddressFamilyIntraHost && (e.TRTYPE == nvmeof.TransportRDMA || e.TRTYPE == nvmeof.TransportIntraHost) {
 		if e.TRADDR == "" {
@@ -97,6 +98,14 @@ func EntryURL(e nvmeof.DiscoveryLogEntry) (string, error) {
 			scheme = "iwarp"
 		}
 		return scheme + "://" + net.JoinHostPort(e.TRADDR, e.TRSVCID), nil
+	case nvmeof.TransportTCP:
+		if e.ADRFAM != nvmeof.AddressFamilyIPv4 && e.ADRFAM != nvmeof.AddressFamilyIPv6 {
+			return "", fmt.Errorf("%w: TCP address family %d", ErrNotSupported, e.ADRFAM)
+		}
+		if sec := e.TSAS[nvmeof.TSASOffsetTCPSECTYPE]; sec != nvmeof.TCPSecTypeNone {
+			return "", fmt.Errorf("%w: TCP security type %d (TLS)", ErrNotSupported, sec)
+		}
+		return "tcp://" + net.JoinHostPort(e.TRADDR, e.TRSVCID), nil
 	}
 	return "", fmt.Errorf("%w: transport type %d", ErrNotSupported, e.TRTYPE)
 }

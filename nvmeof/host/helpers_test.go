@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/netfault"
+	"github.com/capsule-storage/capsule/rdma/fault"
 )
 
 var shmSeq atomic.Int64
@@ -26,6 +29,35 @@ func listenURLs(fault bool) []string {
 		prefix + "iwarp://127.0.0.1:0",
 		fmt.Sprintf("%sshm://host-test-%d-%d", prefix, os.Getpid(), shmSeq.Add(1)),
 	}
+}
+
+// targetURLs are the addresses tests against the project's target run on:
+// those of listenURLs and NVMe/TCP on a free port.
+func targetURLs(fault bool) []string {
+	prefix := ""
+	if fault {
+		prefix = "fault+"
+	}
+	return append(listenURLs(fault), prefix+"tcp://127.0.0.1:0")
+}
+
+// forEachTargetTransport runs f once per transport of targetURLs.
+func forEachTargetTransport(t *testing.T, fault bool, f func(t *testing.T, url string)) {
+	for _, url := range targetURLs(fault) {
+		t.Run(schemeOf(url), func(t *testing.T) { f(t, url) })
+	}
+}
+
+// cutterFor returns what cuts every connection of the fault+ listener at
+// addr: rdma/fault's injector, or internal/netfault's for fault+tcp.
+func cutterFor(t testing.TB, addr string) (cut func(), count func() int) {
+	if strings.HasPrefix(addr, "fault+tcp://") {
+		inj := netfault.For(addr)
+		require.NotNil(t, inj, "no netfault injector for %s", addr)
+		return inj.Cut, inj.Cuts
+	}
+	inj := fault.For(addr)
+	return func() { inj.Cut() }, func() int { return inj.Count(fault.Cut) }
 }
 
 // schemeOf names a URL's provider for subtest names.

@@ -66,6 +66,7 @@ type config struct {
 	buffers        int
 	maxRetries     int
 	inCapsule      bool
+	tcpDigest      nvmeof.TCPDigestTypes
 	logger         *slog.Logger
 	errs           []error
 }
@@ -225,6 +226,22 @@ func WithMaxRetries(n int) Option {
 // or off (default on, when the controller advertises it).
 func WithInCapsuleData(on bool) Option {
 	return func(c *config) { c.inCapsule = on }
+}
+
+// WithTCPDigests asks an NVMe/TCP controller for CRC32C header and data
+// digests on every PDU (default: neither, as Linux hosts default). The
+// controller may enable fewer; the host then does without. No effect on
+// RDMA.
+func WithTCPDigests(header, data bool) Option {
+	return func(c *config) {
+		c.tcpDigest = 0
+		if header {
+			c.tcpDigest |= nvmeof.TCPHeaderDigest
+		}
+		if data {
+			c.tcpDigest |= nvmeof.TCPDataDigest
+		}
+	}
 }
 
 // WithLogger sets where the host logs connection losses, reconnects and

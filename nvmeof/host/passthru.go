@@ -147,7 +147,7 @@ func (q *queue) issuePassthru(s *slot, cmd *nvmeof.Command) int {
 		copy(area, p.Payload)
 		capLen += len(p.Payload)
 	}
-	cmd.DPTR = nullSGL
+	cmd.DPTR = q.tr.nullSGL()
 	if len(p.Data) == 0 {
 		return capLen
 	}
@@ -160,15 +160,11 @@ func (q *queue) issuePassthru(s *slot, cmd *nvmeof.Command) int {
 		}
 		copy(q.passthruData(s), p.Data)
 	}
-	k := nvmeof.KeyedSGL{Length: uint32(n)}
-	if s.buf >= 0 {
-		k.Address = q.bufMR.Addr() + uint64(s.buf*q.cfg.bufSize)
-		k.Key = q.bufMR.RKey()
-	} else {
-		k.Address = q.slotMR.Addr() + uint64(s.capOff+nvmeof.CommandSize+passthruDataOffset(p))
-		k.Key = q.slotMR.RKey()
+	off := 0
+	if s.buf < 0 {
+		off = passthruDataOffset(p)
 	}
-	cmd.DPTR, _ = k.Descriptor() // at most MaxTransfer bytes, below 2^24
+	cmd.DPTR = q.dataSGL(s, off, n) // at most MaxTransfer bytes
 	return capLen
 }
 

@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/capsule-storage/capsule/nvmeof"
-	"github.com/capsule-storage/capsule/rdma"
 )
 
 const (
@@ -22,24 +20,12 @@ const (
 	cidIndexBits    = 12
 	cidIndexMask    = 1<<cidIndexBits - 1
 	cidGenMask      = 0xf
-	// maxInline is the largest capsule sent with an inline Send.
-	maxInline = 256
 	// maxInCapsuleData caps the in-capsule data of one command, whatever
 	// the controller offers.
 	maxInCapsuleData = 16 << 10
 	// minArea is the smallest data area of an I/O command slot.
 	minArea = 4096
-
-	// Work request IDs: receives carry wrRecv and their index; Sends
-	// carry the command's CID, and wrQuiet when they were signaled only to
-	// retire send-queue entries.
-	wrRecv  uint64 = 1 << 63
-	wrQuiet uint64 = 1 << 62
 )
-
-// nullSGL is SGL1 of a command without data, in the form Linux hosts
-// send: a Keyed SGL Data Block with address, length and key zero.
-var nullSGL, _ = nvmeof.KeyedSGL{}.Descriptor()
 
 // queueConfig sizes one queue.
 type queueConfig struct {
@@ -57,9 +43,10 @@ type queueConfig struct {
 	buffers int
 }
 
-// queue is one NVMe queue over one RDMA reliable connection: a QP and its
-// CQ, the response Recvs, the command slots with their capsules, the large
-// buffers, and the goroutine that reaps completions.
+// queue is one NVMe queue over one connection of a transport binding
+// (queueTransport: rdma_queue.go, tcp_queue.go): the command slots with
+// their capsules, the large buffers, and the goroutine that receives
+// responses.
 //
 // Commands are issued by whichever goroutine finds a slot free: Submit's
 // caller, or the queue goroutine after a completion frees one. The queue
@@ -71,21 +58,19 @@ type queue struct {
 	qid   uint16
 	log   *slog.Logger
 
-	qp     rdma.QP
-	cq     rdma.CQ
-	respMR rdma.MR // entries × 16-byte responses
-	slotMR rdma.MR // slots × (SQE + area)
-	bufMR  rdma.MR // buffers × bufSize; nil without buffers
+	tr queueTransport
+	// slotMem holds the slots' capsules (SQE and data area), stride
+	// bytes each; bufMem the large buffers, bufSize bytes each (nil
+	// without buffers). The transport provides them (registered memory
+	// on RDMA).
+	slotMem []byte
+	bufMem  []byte
 
-	recvs  []rdma.RecvWR
 	slots  []slot
 	stride int
 	// inFlight is the most commands in flight: the slots, cut to the
 	// controller's receive queue size.
 	inFlight int
-
-	signalEvery uint32
-	sends       atomic.Uint32 // inline Sends posted, for periodic signaling
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -112,11 +97,10 @@ type queue struct {
 	// collected by fail when the reconnect closes the queue.
 	holding bool
 	// batching is set while the queue goroutine handles a batch of
-	// completions: issue then leaves its Send in batch, and the goroutine
-	// posts the batch with one PostSend (one writev on iwarp) at its end.
-	// batchOn mirrors it for a lock-free check.
+	// completions: the transport may then hold the capsules issued and
+	// send them together at the batch's end (RDMA: one PostSend, one
+	// writev on iwarp). batchOn mirrors it for a lock-free check.
 	batching bool
-	batch    []rdma.SendWR
 	batchOn  atomic.Bool
 
 	// failed is the queue goroutine's own flag (or close's, once the
@@ -147,10 +131,12 @@ type slot struct {
 	gotResp  bool
 	cqe      nvmeof.Completion
 
-	capsule []byte // SQE and data area, in slotMR
-	capOff  int    // offset of capsule in slotMR
-	wr      [1]rdma.SendWR
-	sge     [1]rdma.SGE
+	capsule []byte // SQE and data area, in slotMem
+	capOff  int    // offset of capsule in slotMem
+	// xfer is the memory the command's data moves through, set by the
+	// transport's dataSGL when the data is not in the capsule (TCP: the
+	// target of C2HData and the source of H2CData).
+	xfer []byte
 }
 
 func (s *slot) cid() uint16 { return s.idx | s.gen<<cidIndexBits }
@@ -173,223 +159,95 @@ func newQueue(c *Controller, a *association, qc queueConfig) (q *queue, err erro
 			q.release()
 		}
 	}()
-	maxSend := 2*depth + 2
-	q.signalEvery = uint32(max(1, depth/2))
-	if q.cq, err = c.pd.CreateCQ(qc.entries + maxSend + 16); err != nil {
-		return nil, err
-	}
-	q.qp, err = c.pd.CreateQP(rdma.QPConfig{
-		SendCQ: q.cq, RecvCQ: q.cq,
-		MaxSendWR: maxSend, MaxRecvWR: qc.entries, MaxSGE: 1, MaxInline: maxInline,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if q.respMR, err = c.pd.Alloc(qc.entries*nvmeof.CompletionSize, rdma.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	slotAccess := rdma.AccessLocalWrite
-	if qc.area > 0 {
-		slotAccess = rdma.AccessAll
-	}
-	if q.slotMR, err = c.pd.Alloc(depth*q.stride, slotAccess); err != nil {
+	if c.tcp {
+		q.tr = newTCPTransport(q)
+	} else if q.tr, err = newRDMATransport(q, c.pd); err != nil {
 		return nil, err
 	}
 	if qc.buffers > 0 {
-		if q.bufMR, err = c.pd.Alloc(qc.buffers*qc.bufSize, rdma.AccessAll); err != nil {
-			return nil, err
-		}
 		q.freeBufs = make([]uint16, 0, qc.buffers)
 		for i := qc.buffers - 1; i >= 0; i-- {
 			q.freeBufs = append(q.freeBufs, uint16(i))
 		}
 	}
-	q.recvs = make([]rdma.RecvWR, qc.entries)
-	sges := make([]rdma.SGE, qc.entries)
-	for i := range q.recvs {
-		sges[i] = rdma.SGEOf(q.respMR, i*nvmeof.CompletionSize, nvmeof.CompletionSize)
-		q.recvs[i] = rdma.RecvWR{ID: wrRecv | uint64(i), SGL: sges[i : i+1]}
-	}
 	q.slots = make([]slot, depth)
-	mem := q.slotMR.Bytes()
 	for i := range q.slots {
 		s := &q.slots[i]
 		s.idx = uint16(i)
 		s.buf = -1
 		s.capOff = i * q.stride
-		s.capsule = mem[s.capOff : s.capOff+q.stride : s.capOff+q.stride]
-		s.sge[0] = rdma.SGEOf(q.slotMR, s.capOff, nvmeof.CommandSize)
-		s.wr[0] = rdma.SendWR{Op: rdma.OpSend, SGL: s.sge[:]}
+		s.capsule = q.slotMem[s.capOff : s.capOff+q.stride : s.capOff+q.stride]
 	}
-	q.batch = make([]rdma.SendWR, 0, depth)
 	q.freeSlots = make([]uint16, 0, depth)
 	for i := depth - 1; i >= 0; i-- {
 		q.freeSlots = append(q.freeSlots, uint16(i))
 	}
-	if err = q.qp.PostRecv(q.recvs); err != nil {
+	if err = q.tr.init(); err != nil {
 		return nil, err
 	}
 	return q, nil
 }
 
-// connect establishes the RDMA connection with the NVMe RDMA_CM private
-// data and starts the queue goroutine. cntlid is the controller of an
-// I/O queue (0 for the admin queue, where the field is reserved).
+// connect opens the queue's connection through the transport (RDMA:
+// the connection manager with the NVMe private data; TCP: ICReq/ICResp)
+// and starts the queue goroutine. cntlid is the controller of an I/O
+// queue (0 for the admin queue).
 func (q *queue) connect(ctx context.Context, host string, cntlid uint16) error {
-	req := nvmeof.RDMACMRequest{
-		QID:     q.qid,
-		HRQSize: uint16(q.cfg.entries),
-		HSQSize: uint16(q.cfg.entries - 1),
-		CNTLID:  cntlid,
-	}
-	var priv [nvmeof.RDMACMRequestSize]byte
-	if _, err := req.MarshalTo(priv[:]); err != nil {
-		return err
-	}
-	reply, err := q.qp.Connect(ctx, host, priv[:])
+	// crq is the most commands the controller takes at once on this
+	// connection (RDMA: CRQSIZE), 0 for no limit beyond the queue's.
+	crq, err := q.tr.connect(ctx, host, cntlid)
 	if err != nil {
-		var rej *rdma.RejectError
-		if errors.As(err, &rej) && len(rej.Private) > 0 {
-			var j nvmeof.RDMACMReject
-			if jerr := j.UnmarshalBinary(rej.Private); jerr == nil {
-				return fmt.Errorf("nvmeof/host: queue %d: controller rejected the connection: %w: %w", q.qid, j.Status, err)
-			}
-		}
-		return fmt.Errorf("nvmeof/host: queue %d: connect to %s: %w", q.qid, host, err)
-	}
-	var acc nvmeof.RDMACMAccept
-	if err := acc.UnmarshalBinary(reply); err != nil {
-		return fmt.Errorf("%w: queue %d: accept private data: %w", ErrProtocol, q.qid, err)
-	}
-	if acc.CRQSize == 0 {
-		return fmt.Errorf("%w: queue %d: controller receive queue size 0", ErrProtocol, q.qid)
+		return err
 	}
 	// Never have more commands in flight than the controller has
 	// receives posted for.
-	if n := int(acc.CRQSize); n < len(q.freeSlots) {
-		q.freeSlots = q.freeSlots[len(q.freeSlots)-n:]
+	if crq > 0 && crq < len(q.freeSlots) {
+		q.freeSlots = q.freeSlots[len(q.freeSlots)-crq:]
 	}
 	q.inFlight = len(q.freeSlots)
 	q.ctx, q.cancel = context.WithCancel(context.Background())
-	go q.run()
+	go func() {
+		defer close(q.exited)
+		q.tr.run()
+	}()
 	return nil
 }
 
-// run reaps completions until the queue is closed.
-func (q *queue) run() {
-	defer close(q.exited)
-	wcs := make([]rdma.WC, 64)
-	posting := make([]rdma.SendWR, 0, cap(q.batch))
-	for {
-		n, err := q.cq.Wait(q.ctx, wcs)
-		if err != nil {
-			if q.ctx.Err() != nil {
-				return
-			}
-			q.fail(fmt.Errorf("nvmeof/host: queue %d: completion queue: %w", q.qid, err))
-			<-q.ctx.Done()
-			return
-		}
-		q.mu.Lock()
-		q.batching = true
-		q.batchOn.Store(true)
-		q.mu.Unlock()
-		for i := range wcs[:n] {
-			q.handle(&wcs[i])
-		}
-		q.mu.Lock()
-		q.batching = false
-		q.batchOn.Store(false)
-		posting = append(posting[:0], q.batch...)
-		q.batch = q.batch[:0]
-		q.mu.Unlock()
-		if len(posting) > 0 && !q.failed {
-			q.post(posting)
-		}
+// startBatch and endBatch bracket the handling of a batch of received
+// completions on the queue goroutine: commands issued in between may be
+// held by the transport and sent together (flush) at the end.
+func (q *queue) startBatch() {
+	q.mu.Lock()
+	q.batching = true
+	q.batchOn.Store(true)
+	q.mu.Unlock()
+}
+
+func (q *queue) endBatch() {
+	q.mu.Lock()
+	q.batching = false
+	q.batchOn.Store(false)
+	q.mu.Unlock()
+	if !q.failed {
+		q.tr.flush()
 	}
 }
 
-// post posts Sends of command capsules; a failure drops the queue.
-func (q *queue) post(wrs []rdma.SendWR) {
-	if err := q.qp.PostSend(wrs); err != nil {
-		q.log.Warn("nvmeof/host: posting commands failed; dropping the queue", "err", err)
-		q.qp.SetError()
+// responseSlot returns the slot of an outstanding command whose response
+// has not arrived, or fails the queue (a protocol violation) and returns
+// nil. On the queue goroutine.
+func (q *queue) responseSlot(cid uint16) *slot {
+	idx := int(cid & cidIndexMask)
+	if idx >= len(q.slots) || q.slots[idx].live.Load() != uint32(cid)+1 || q.slots[idx].gotResp {
+		q.fail(fmt.Errorf("%w: queue %d: response for CID %#04x, which is not outstanding", ErrProtocol, q.qid, cid))
+		return nil
 	}
+	return &q.slots[idx]
 }
 
-// handle processes one work completion.
-func (q *queue) handle(wc *rdma.WC) {
-	if wc.Status != rdma.Success {
-		if !q.failed {
-			err := wc.Status.Err()
-			if qerr := q.qp.Err(); qerr != nil && !errors.Is(qerr, rdma.WRFlushErr) {
-				err = qerr
-			}
-			q.fail(fmt.Errorf("nvmeof/host: queue %d: %v: %w", q.qid, wc.Opcode, err))
-		}
-		return
-	}
-	if q.failed {
-		return
-	}
-	switch {
-	case wc.ID&wrRecv != 0:
-		q.response(int(wc.ID&^wrRecv), wc)
-	case wc.ID&wrQuiet != 0:
-		// An inline Send signaled only to retire send-queue entries.
-	default:
-		cid := uint16(wc.ID)
-		idx := int(cid & cidIndexMask)
-		if idx >= len(q.slots) {
-			q.fail(fmt.Errorf("%w: queue %d: send completion for slot %d", ErrProtocol, q.qid, idx))
-			return
-		}
-		s := &q.slots[idx]
-		if s.live.Load() != uint32(cid)+1 || !s.waitSend {
-			q.fail(fmt.Errorf("%w: queue %d: send completion for CID %#04x, not outstanding", ErrProtocol, q.qid, cid))
-			return
-		}
-		s.waitSend = false
-		if s.gotResp {
-			q.complete(s)
-		}
-	}
-}
-
-// response handles the response capsule in receive buffer i.
-func (q *queue) response(i int, wc *rdma.WC) {
-	if i >= len(q.recvs) {
-		q.fail(fmt.Errorf("%w: queue %d: receive %d", ErrProtocol, q.qid, i))
-		return
-	}
-	if wc.ByteLen < nvmeof.CompletionSize {
-		q.fail(fmt.Errorf("%w: queue %d: response capsule of %d bytes", ErrProtocol, q.qid, wc.ByteLen))
-		return
-	}
-	var cqe nvmeof.Completion
-	off := i * nvmeof.CompletionSize
-	if err := cqe.UnmarshalBinary(q.respMR.Bytes()[off : off+nvmeof.CompletionSize]); err != nil {
-		q.fail(fmt.Errorf("%w: queue %d: %w", ErrProtocol, q.qid, err))
-		return
-	}
-	if err := q.qp.PostRecv(q.recvs[i : i+1]); err != nil {
-		q.fail(fmt.Errorf("nvmeof/host: queue %d: repost receive: %w", q.qid, err))
-		return
-	}
-	idx := int(cqe.CID & cidIndexMask)
-	if idx >= len(q.slots) || q.slots[idx].live.Load() != uint32(cqe.CID)+1 || q.slots[idx].gotResp {
-		q.fail(fmt.Errorf("%w: queue %d: response for CID %#04x, which is not outstanding", ErrProtocol, q.qid, cqe.CID))
-		return
-	}
-	s := &q.slots[idx]
-	if wc.Flags&rdma.WCWithInv != 0 {
-		raw := s.req.raw
-		if raw == nil || raw.mr == nil || raw.mr.RKey() != wc.InvRKey {
-			q.fail(fmt.Errorf("%w: queue %d: response to CID %#04x invalidated rkey %#x, which the command did not offer",
-				ErrProtocol, q.qid, cqe.CID, wc.InvRKey))
-			return
-		}
-	}
+// gotResponse records the response of slot s and completes the command
+// unless the transport still waits for its capsule to be sent.
+func (q *queue) gotResponse(s *slot, cqe nvmeof.Completion) {
 	s.cqe = cqe
 	s.gotResp = true
 	if !s.waitSend {
@@ -621,32 +479,27 @@ func (q *queue) nextChunk(r *Request) (off, n int64) {
 func (q *queue) data(s *slot) []byte {
 	if s.buf >= 0 {
 		o := s.buf * q.cfg.bufSize
-		return q.bufMR.Bytes()[o : o+q.cfg.bufSize]
+		return q.bufMem[o : o+q.cfg.bufSize]
 	}
 	return s.capsule[nvmeof.CommandSize:]
 }
 
-// keyed returns the keyed SGL for n bytes of a slot's data memory.
-func (q *queue) keyed(s *slot, n int64) nvmeof.SGLDescriptor {
-	k := nvmeof.KeyedSGL{Length: uint32(n)}
-	if s.buf >= 0 {
-		k.Address = q.bufMR.Addr() + uint64(s.buf*q.cfg.bufSize)
-		k.Key = q.bufMR.RKey()
-	} else {
-		k.Address = q.slotMR.Addr() + uint64(s.capOff+nvmeof.CommandSize)
-		k.Key = q.slotMR.RKey()
-	}
-	d, _ := k.Descriptor() // lengths are below 2^24 by construction
-	return d
+// dataSGL returns SGL1 for n bytes of a slot's data memory from off (in
+// its large buffer, or in its area): a keyed SGL on RDMA, a Transport SGL
+// Data Block on TCP.
+func (q *queue) dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor {
+	s.xfer = q.data(s)[off : off+int(n)]
+	return q.tr.dataSGL(s, off, n)
 }
 
 // issue builds the command of a reserved slot and posts its capsule.
 func (q *queue) issue(s *slot) {
 	defer q.issuing.Done()
 	r := s.req
+	s.xfer = nil
 	var cmd nvmeof.Command
 	capLen := nvmeof.CommandSize
-	cmd.DPTR = nullSGL
+	cmd.DPTR = q.tr.nullSGL()
 	switch r.Op {
 	case OpRead, OpWrite:
 		ns := r.ns
@@ -666,7 +519,7 @@ func (q *queue) issue(s *slot) {
 				break
 			}
 		}
-		cmd.DPTR = q.keyed(s, s.n)
+		cmd.DPTR = q.dataSGL(s, 0, s.n)
 	case OpFlush:
 		cmd.Opcode = nvmeof.IOFlush
 		cmd.NSID = r.ns.nsid
@@ -689,7 +542,7 @@ func (q *queue) issue(s *slot) {
 			cmd.DPTR = nvmeof.InCapsuleSGL{Length: nvmeof.DSMRangeSize}.Descriptor()
 			capLen += nvmeof.DSMRangeSize
 		} else {
-			cmd.DPTR = q.keyed(s, nvmeof.DSMRangeSize)
+			cmd.DPTR = q.dataSGL(s, 0, nvmeof.DSMRangeSize)
 		}
 	case opPassthru:
 		capLen = q.issuePassthru(s, &cmd)
@@ -697,46 +550,21 @@ func (q *queue) issue(s *slot) {
 		raw := r.raw
 		cmd = raw.sqe
 		switch {
-		case raw.mr != nil:
-			d, _ := nvmeof.KeyedSGL{Address: raw.mr.Addr(), Length: uint32(len(raw.data)), Key: raw.mr.RKey(), Invalidate: true}.Descriptor()
-			cmd.DPTR = d
 		case raw.inCapsule:
 			copy(s.capsule[nvmeof.CommandSize:], raw.data)
 			cmd.DPTR = nvmeof.InCapsuleSGL{Length: uint32(len(raw.data))}.Descriptor()
 			capLen += len(raw.data)
+		case len(raw.data) > 0:
+			cmd.DPTR = q.tr.rawSGL(s, raw)
 		default:
-			cmd.DPTR = nullSGL
+			cmd.DPTR = q.tr.nullSGL()
 		}
 	}
 	cmd.CID = s.cid()
 	cmd.SetPSDT(nvmeof.PSDTSGLBuffer)
 	cmd.MarshalTo(s.capsule)
-	wr := &s.wr[0]
-	s.sge[0].Length = uint32(capLen)
-	if capLen <= maxInline {
-		wr.Flags = rdma.Inline
-		wr.ID = wrQuiet | uint64(s.idx)
-		if q.sends.Add(1)%q.signalEvery == 0 {
-			wr.Flags |= rdma.Signaled
-		}
-		s.waitSend = false
-	} else {
-		wr.Flags = rdma.Signaled
-		wr.ID = uint64(s.cid())
-		s.waitSend = true
-	}
 	s.gotResp = false
-	s.live.Store(uint32(s.cid()) + 1)
-	if q.batchOn.Load() {
-		q.mu.Lock()
-		if q.batching {
-			q.batch = append(q.batch, *wr)
-			q.mu.Unlock()
-			return
-		}
-		q.mu.Unlock()
-	}
-	q.post(s.wr[:])
+	q.tr.send(s, capLen)
 }
 
 // copyOut copies the part of a read command's data that the request
@@ -759,7 +587,7 @@ func (q *queue) fail(cause error) {
 		return
 	}
 	q.failed = true
-	q.qp.SetError()
+	q.tr.setError()
 	q.mu.Lock()
 	q.stopped = true
 	q.cause = cause
@@ -824,8 +652,9 @@ func (q *queue) fail(cause error) {
 
 // exec runs one admin or Fabrics command on the queue and waits for it.
 // Data moves in the capsule (host to controller, when allowed and it
-// fits) or through a memory region registered for this command alone and
-// offered with a keyed SGL that asks for invalidation. If ctx ends first,
+// fits) or as the transport moves a command's own data (RDMA: a memory
+// region registered for this command alone and offered with a keyed SGL
+// that asks for invalidation; TCP: straight from and into data). If ctx ends first,
 // the queue is dropped (the command could not be taken back otherwise)
 // and exec returns once the command has failed.
 func (q *queue) exec(ctx context.Context, sqe nvmeof.Command, data []byte, dir nvmeof.DataDirection, inCapsuleOK bool) (nvmeof.Completion, error) {
@@ -833,19 +662,8 @@ func (q *queue) exec(ctx context.Context, sqe nvmeof.Command, data []byte, dir n
 	if len(data) > 0 {
 		if dir == nvmeof.HostToController && inCapsuleOK && len(data) <= q.cfg.icd && len(data) <= q.stride-nvmeof.CommandSize {
 			raw.inCapsule = true
-		} else {
-			access := rdma.AccessRemoteRead
-			if dir == nvmeof.ControllerToHost {
-				access = rdma.AccessLocalWrite | rdma.AccessRemoteWrite
-			}
-			mr, err := q.ctrl.pd.Alloc(len(data), access)
-			if err != nil {
-				return nvmeof.Completion{}, err
-			}
-			if dir == nvmeof.HostToController {
-				copy(mr.Bytes(), data)
-			}
-			raw.mr = mr
+		} else if err := q.tr.rawStart(raw); err != nil {
+			return nvmeof.Completion{}, err
 		}
 	}
 	r := &Request{Op: opRaw, raw: raw, ctrl: q.ctrl}
@@ -855,17 +673,14 @@ func (q *queue) exec(ctx context.Context, sqe nvmeof.Command, data []byte, dir n
 	select {
 	case <-r.wake:
 	case <-ctx.Done():
-		q.qp.SetError()
+		q.tr.setError()
 		<-r.wake
 		if r.err != nil {
 			r.err = fmt.Errorf("%w (%w)", ctx.Err(), r.err)
 		}
 	}
-	if raw.mr != nil {
-		if dir == nvmeof.ControllerToHost && r.err == nil {
-			copy(data, raw.mr.Bytes())
-		}
-		raw.mr.Deregister()
+	if !raw.inCapsule && len(data) > 0 {
+		q.tr.rawEnd(raw, r.err == nil)
 	}
 	return raw.cqe, r.err
 }
@@ -882,7 +697,7 @@ func (q *queue) teardown() {
 		q.release()
 		return
 	}
-	q.qp.SetError()
+	q.tr.setError()
 	select {
 	case <-q.failedCh:
 	case <-time.After(2 * time.Second):
@@ -894,20 +709,9 @@ func (q *queue) teardown() {
 	q.release()
 }
 
-// release frees the QP, CQ and memory regions.
+// release frees the transport's resources.
 func (q *queue) release() {
-	if q.qp != nil {
-		q.qp.Close()
-		q.qp = nil
-	}
-	for _, mr := range []rdma.MR{q.respMR, q.slotMR, q.bufMR} {
-		if mr != nil {
-			mr.Deregister()
-		}
-	}
-	q.respMR, q.slotMR, q.bufMR = nil, nil, nil
-	if q.cq != nil {
-		q.cq.Close()
-		q.cq = nil
+	if q.tr != nil {
+		q.tr.release()
 	}
 }

@@ -60,7 +60,7 @@ func dialTarget(t testing.TB, rt *realTarget, opts ...Option) *Controller {
 }
 
 func TestTargetReadWrite(t *testing.T) {
-	forEachTransport(t, false, func(t *testing.T, url string) {
+	forEachTargetTransport(t, false, func(t *testing.T, url string) {
 		rt := newTarget(t, url, 16<<20, 512, nil)
 		c := dialTarget(t, rt, WithQueues(queuesFor(url, 2))) // no WithSubsystem: found through discovery
 		require.Equal(t, targetNQN, c.SubsystemNQN())
@@ -95,15 +95,16 @@ func TestTargetReadWrite(t *testing.T) {
 	})
 }
 
-// queuesFor returns n, or 1 for shm in a race-detector build. In one
-// process the shm provider maps each ring twice, at two addresses, so the
-// race detector cannot see the happens-before edge a Send carries: a
+// queuesFor returns n, or 1 for shm and tcp in a race-detector build. In
+// one process the shm provider maps each ring twice, at two addresses, and
+// a TCP socket carries bytes through the kernel, so the race detector
+// cannot see the happens-before edge a Send (or a PDU) carries: a
 // write the target made on one queue's goroutine and a read it makes on
 // another's, ordered only through the host, is reported as a race inside
 // the target's memory device. With one I/O queue every target access runs
 // on one goroutine. (Builds without -race use n everywhere.)
 func queuesFor(url string, n int) int {
-	if raceEnabled && strings.Contains(url, "shm://") {
+	if raceEnabled && (strings.Contains(url, "shm://") || strings.Contains(url, "tcp://")) {
 		return 1
 	}
 	return n
@@ -119,7 +120,7 @@ func stressRequests(n int) int {
 }
 
 func TestTargetStress(t *testing.T) {
-	forEachTransport(t, false, func(t *testing.T, url string) {
+	forEachTargetTransport(t, false, func(t *testing.T, url string) {
 		for _, bs := range []int{512, 4096} {
 			t.Run(fmt.Sprintf("bs%d", bs), func(t *testing.T) {
 				rt := newTarget(t, url, 32<<20, bs, nil)
@@ -141,9 +142,9 @@ func TestTargetStress(t *testing.T) {
 // the stress runs: every request is resubmitted and completes, and the
 // data matches the shadow afterwards.
 func TestTargetReconnectAfterCut(t *testing.T) {
-	forEachTransport(t, true, func(t *testing.T, url string) {
+	forEachTargetTransport(t, true, func(t *testing.T, url string) {
 		rt := newTarget(t, url, 16<<20, 4096, nil)
-		inj := fault.For(rt.addr)
+		cut, _ := cutterFor(t, rt.addr)
 		// Cuts come every 40 ms, and a large request may be in flight
 		// across several of them in a slow (-race) run: it must survive
 		// them all here (TestMaxRetries checks the limit).
@@ -163,7 +164,7 @@ func TestTargetReconnectAfterCut(t *testing.T) {
 				case <-time.After(40 * time.Millisecond):
 				}
 				if c.State() == StateLive {
-					inj.Cut()
+					cut()
 					n++
 				}
 			}
@@ -183,7 +184,7 @@ func TestTargetReconnectAfterCut(t *testing.T) {
 }
 
 func TestTargetAllowList(t *testing.T) {
-	forEachTransport(t, false, func(t *testing.T, url string) {
+	forEachTargetTransport(t, false, func(t *testing.T, url string) {
 		const allowed = "nqn.2024-01.io.capsule:allowed-host"
 		rt := newTarget(t, url, 1<<20, 512, []string{allowed})
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

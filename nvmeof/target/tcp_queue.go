@@ -351,6 +351,9 @@ func (q *tcpQueue) onCommand(l nvmeof.TCPLayout) error {
 			return nil
 		}
 	}
+	// Bidirectional vendor commands read their payload from the capsule
+	// while the data to the host goes through s.data.
+	r.capsuleData = in
 	policy := q.policy
 	policy.InCapsuleSize = l.Data
 	dp, st := policy.Decode(r.cmd.DPTR)
