@@ -17,9 +17,18 @@ import (
 	_ "github.com/capsule-storage/capsule/rdma/providers" // iwarp://, shm://, rdma://, fault+…
 )
 
-// nbdQueues is how many I/O queues the bridge asks the controller for:
-// NBD connection i runs on queue i modulo the queues granted.
-const nbdQueues = 8
+// The bridge's host settings. NBD connection i runs on I/O queue i
+// modulo the queues granted (nbdQueues asked for). Each queue keeps
+// nbdBuffers registered buffers of nbdMaxTransfer bytes (lowered to the
+// controller's MDTS) for data that does not fit a command slot, so one
+// connection can have nbdBuffers large commands in flight: 8 MiB, four
+// 1 MiB requests split into 256 KiB commands, on a target with the
+// default MDTS. 4 KiB requests use the slots' own areas.
+const (
+	nbdQueues      = 4
+	nbdMaxTransfer = 256 << 10
+	nbdBuffers     = 32
+)
 
 // nbdDrainTimeout bounds how long SIGINT/SIGTERM waits for the requests
 // in flight to be answered.
@@ -35,6 +44,8 @@ func runNBD(c *cli.Context) error {
 		host.WithSubsystem(c.String("nqn")),
 		host.WithCtrlLossTimeout(c.Duration("reconnect-timeout")),
 		host.WithQueues(nbdQueues),
+		host.WithMaxTransfer(nbdMaxTransfer),
+		host.WithBuffers(nbdBuffers),
 		host.WithLogger(log),
 	}
 	if n := c.String("hostnqn"); n != "" {
