@@ -3,8 +3,11 @@ package integration
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/internal/nbd"
 	"github.com/capsule-storage/capsule/internal/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/nvmeof/host"
@@ -51,12 +55,25 @@ func verifyFlushed(t *testing.T, uri string) {
 	fioRun(t, uri, "flushed", flushedRange, "--rw=randwrite", "--bs=64k", "--iodepth=8", "--verify_only=1", "--randseed=11")
 }
 
-// startLoad starts fio writing the loaded range in the background, on two
-// connections; wait returns its error and output.
-func startLoad(t *testing.T, uri string, verify bool) (wait func() (string, error)) {
+// startLoadOn starts fio writing the loaded range in the background on
+// jobs connections (a power of two up to 32), each with its share of the
+// range, in blocks of bs; wait returns its error and output.
+func startLoadOn(t *testing.T, uri string, jobs int, bs string, verify bool) (wait func() (string, error)) {
+	wait, _ = startLoadRunning(t, uri, jobs, bs, verify)
+	return wait
+}
+
+// startLoadRunning is startLoadOn, also returning whether fio still runs.
+func startLoadRunning(t *testing.T, uri string, jobs int, bs string, verify bool) (wait func() (string, error), running func() bool) {
 	t.Helper()
-	args := fioArgs(uri, "--name=loaded", "--rw=randwrite", "--bs=4k", "--iodepth=16", "--numjobs=2",
-		"--offset=16m", "--size=16m", "--offset_increment=16m", "--randseed=12", fmt.Sprintf("--do_verify=%d", map[bool]int{false: 0, true: 1}[verify]))
+	share := fmt.Sprintf("%dk", 32<<10/jobs)
+	args := fioArgs(uri, "--name=loaded", "--rw=randwrite", "--bs="+bs, "--iodepth=16", fmt.Sprintf("--numjobs=%d", jobs),
+		"--offset=16m", "--size="+share, "--offset_increment="+share, "--randseed=12", fmt.Sprintf("--do_verify=%d", map[bool]int{false: 0, true: 1}[verify]))
+	if !verify {
+		// A load that is not verified runs for a while whatever the
+		// machine's speed, so the fault surely lands inside it.
+		args = append(args, "--time_based", "--runtime=4")
+	}
 	cmd := exec.Command(requireTool(t, "fio"), args...)
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -71,7 +88,7 @@ func startLoad(t *testing.T, uri string, verify bool) (wait func() (string, erro
 			<-done
 		}
 	})
-	return func() (string, error) {
+	wait = func() (string, error) {
 		select {
 		case err := <-done:
 			done <- err
@@ -81,6 +98,16 @@ func startLoad(t *testing.T, uri string, verify bool) (wait func() (string, erro
 			return "", nil
 		}
 	}
+	running = func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			return false
+		default:
+			return true
+		}
+	}
+	return wait, running
 }
 
 // ecTarget starts `target serve` with an erasure-coded namespace over
@@ -111,8 +138,9 @@ func TestNBDTargetKilled(t *testing.T) {
 	}()
 	writeFlushed(t, uri)
 
-	wait := startLoad(t, uri, false)
-	time.Sleep(time.Second) // let the load get going; the check below does not depend on it
+	wait, running := startLoadRunning(t, uri, 2, "4k", false)
+	time.Sleep(time.Second)
+	require.True(t, running())
 	tgt.kill9(t)
 	time.Sleep(500 * time.Millisecond) // the bridge sees the loss and starts reconnecting
 	_, url2 := ecTarget(t, data, url)
@@ -150,8 +178,9 @@ func TestNBDBridgeKilled(t *testing.T) {
 	listen := strings.TrimSuffix(strings.TrimPrefix(uri, "nbd://"), "/vol")
 	writeFlushed(t, uri)
 
-	wait := startLoad(t, uri, false)
+	wait, running := startLoadRunning(t, uri, 2, "4k", false)
 	time.Sleep(time.Second)
+	require.True(t, running())
 	bridge.kill9(t)
 	_, err := wait()
 	require.Error(t, err, "fio loses its connections with the bridge")
@@ -159,7 +188,7 @@ func TestNBDBridgeKilled(t *testing.T) {
 	_, uri2 := startBridge(t, shm, nbdNQN, listen, "vol")
 	require.Equal(t, uri, uri2)
 	verifyFlushed(t, uri)
-	wait = startLoad(t, uri, true)
+	wait = startLoadOn(t, uri, 2, "16k", true)
 	out, err := wait()
 	require.NoError(t, err, "write and verify through the new bridge:\n%s", out)
 }
@@ -198,11 +227,12 @@ func TestNBDConnectionCut(t *testing.T) {
 	uri := "nbd://" + l.Addr().String() + "/"
 
 	writeFlushed(t, uri)
-	wait := startLoad(t, uri, true)
+	wait, running := startLoadRunning(t, uri, 2, "4k", true)
 	inj := fault.For(addr)
 	cuts := 0
 	for range 5 {
 		time.Sleep(300 * time.Millisecond)
+		require.True(t, running(), "the load must outlast the cuts; give it more to write")
 		if inj.Cut() > 0 {
 			cuts++
 		}
@@ -212,5 +242,37 @@ func TestNBDConnectionCut(t *testing.T) {
 	require.NoError(t, err, "fio across %d cuts:\n%s", cuts, out)
 	assert.GreaterOrEqual(t, c.Stats().Reconnects, uint64(cuts))
 	assert.Positive(t, cuts)
+	verifyFlushed(t, uri)
+}
+
+// TestNBDStoreDamageUnderLoad runs fio on 16 connections at once, writing
+// and verifying, while a device directory of the erasure-coded store is
+// deleted and shard bytes on another device are flipped. Every block
+// fio wrote must verify, and so must everything flushed before.
+func TestNBDStoreDamageUnderLoad(t *testing.T) {
+	requireTool(t, "fio")
+	data := t.TempDir()
+	shm := uniqueShm("nbd-damage")
+	startDaemon(t, "capsule target ready", "serve", "--listen", shm, "--data", data,
+		"--namespace", "ec:vol0:64MiB", "--nqn", nbdNQN, "--scrub-rate", "0")
+	_, uri := startBridge(t, shm, nbdNQN, "127.0.0.1:0", "")
+	writeFlushed(t, uri)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
+
+	wait, running := startLoadRunning(t, uri, 16, "8k", true)
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, os.RemoveAll(dirs[ecLost]))
+	r := rand.New(rand.NewPCG(9, 9))
+	st, err := os.Stat(filepath.Join(dirs[0], "shards"))
+	require.NoError(t, err)
+	slots := int(st.Size() / ecSlot)
+	require.Positive(t, slots)
+	for range 12 {
+		flipECShardBytes(t, r, dirs[0], r.IntN(slots))
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.True(t, running(), "the load must outlast the damage; give it more to write")
+	out, err := wait()
+	require.NoError(t, err, "fio on 16 connections through the damage:\n%s", out)
 	verifyFlushed(t, uri)
 }
