@@ -44,7 +44,8 @@ allocs:
 
 test: deps vet fmtcheck unit allocs build
 
-bench: build
+# The block cases need fio and nbdkit (TEST_DEBS); see scripts/bench.sh.
+bench: deps build
 	./scripts/bench.sh
 
 wirecheck:

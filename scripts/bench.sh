@@ -63,6 +63,9 @@ fio_case() {
 }
 
 block() {
+	for tool in fio nbdkit nbdinfo python3; do
+		command -v "$tool" >/dev/null || { echo "bench: $tool is missing (make deps installs it)" >&2; exit 1; }
+	done
 	echo "== R5: block I/O through the NBD bridge, fio's nbd engine, beside nbdkit memory ($reps repetitions, ${runtime}s each)"
 	local shm="shm://bench-$$" port
 	./bin/target serve --listen iwarp://127.0.0.1:0 --listen "$shm" --data "$work/data" --scrub-rate 0 \
