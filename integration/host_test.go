@@ -19,7 +19,7 @@ import (
 )
 
 // TestHostLibrary runs `target serve` in its own process and the host
-// library in this one, over iwarp and shm: it finds the subsystem through
+// library in this one, over iwarp, shm and NVMe/TCP: it finds the subsystem through
 // discovery, writes 256 MiB in extents of 4 KiB to 1 MiB at random
 // offsets of a 512 MiB memory namespace with 64 requests in flight over
 // two queues, reads every extent back at the same depth in another random
@@ -33,9 +33,9 @@ func TestHostLibrary(t *testing.T) {
 	shm := fmt.Sprintf("shm://host-it-%d", os.Getpid())
 	nqn := "nqn.2026-11.io.capsule:host-integration"
 	d := startDaemon(t, "capsule target ready", "serve", "--listen", "iwarp://127.0.0.1:0", "--listen", shm,
-		"--namespace", "mem:512MiB", "--data", t.TempDir(), "--nqn", nqn)
+		"--listen", "tcp://127.0.0.1:0", "--namespace", "mem:512MiB", "--data", t.TempDir(), "--nqn", nqn)
 	listeners := strings.Split(field(d.ready, "listeners"), ",")
-	require.Len(t, listeners, 2, d.ready)
+	require.Len(t, listeners, 3, d.ready)
 
 	for i, url := range listeners {
 		t.Run(strings.SplitN(url, ":", 2)[0], func(t *testing.T) {
@@ -51,7 +51,7 @@ func TestHostLibrary(t *testing.T) {
 					found = append(found, u)
 				}
 			}
-			assert.ElementsMatch(t, listeners, found, "the discovery log names both listeners")
+			assert.ElementsMatch(t, listeners, found, "the discovery log names every listener")
 
 			c, err := host.Dial(ctx, url, host.WithQueues(2), host.WithQueueDepth(qd))
 			require.NoError(t, err, "Dial without a subsystem finds it through discovery")

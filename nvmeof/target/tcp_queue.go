@@ -33,6 +33,9 @@ const (
 	// tcpC2HHeadMax is the most bytes before a C2HData's data: the
 	// header, its digest and the padding to HPDA (at most 128).
 	tcpC2HHeadMax = 128
+	// tcpMaxH2CData is MAXH2CDATA (or MDTS, if smaller): a host answers
+	// an R2T for a larger transfer with several H2CData PDUs.
+	tcpMaxH2CData = 128 << 10
 )
 
 // tcpSlot is a command slot of an NVMe/TCP queue: the request, its
@@ -121,7 +124,7 @@ func newTCPQueue(l *tcpListener, c net.Conn) *tcpQueue {
 		log:    l.log.With("peer", c.RemoteAddr().String()),
 		conn:   c,
 		br:     bufio.NewReaderSize(c, tcpReadBuffer),
-		maxH2C: cfg.maxTransfer,
+		maxH2C: min(cfg.maxTransfer, tcpMaxH2CData),
 		slots:  make([]tcpSlot, nslots),
 		free:   make(chan *tcpSlot, nslots),
 		work:   make(chan *tcpSlot, nslots),
