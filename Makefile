@@ -40,7 +40,7 @@ unit:
 # The zero-allocation checks (R8) skip under the race detector, which
 # allocates on its own: run them once more without it.
 allocs:
-	$(GO) test -count=1 -run 'Alloc' ./rdma/... ./nvmeof/...
+	$(GO) test -count=1 -run 'Alloc' ./rdma/... ./nvmeof/... ./internal/nbd/...
 
 test: deps vet fmtcheck unit allocs build
 

@@ -1,0 +1,5 @@
+//go:build !race
+
+package nbd
+
+const raceEnabled = false
