@@ -62,6 +62,9 @@ type serveConfig struct {
 	DataDir string
 	// Namespaces are the namespaces of the subsystem, NSID 1, 2, … in order.
 	Namespaces []namespaceSpec
+	// FS names the file namespace served after them when the
+	// erasure-coded store is open (fs.go); "" for none.
+	FS string
 	// NQN names the NVM subsystem.
 	NQN string
 	// AllowHosts are the host NQNs allowed to connect.
@@ -162,6 +165,7 @@ func defaultServeConfig() serveConfig {
 		Listeners:     append([]string(nil), defaultListeners...),
 		DataDir:       defaultDataDir,
 		Namespaces:    []namespaceSpec{ns},
+		FS:            defaultFSName,
 		NQN:           defaultNQN,
 		BlockSize:     defaultBlockSize,
 		Geometry:      chunkstore.DefaultGeometry,
@@ -339,6 +343,7 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 				Usage: "data `DIR`: relative file namespace paths, and the store's devices DIR/dev0 … unless --device"},
 			&cli.StringSliceFlag{Name: "namespace", Value: cli.NewStringSlice(defaultNamespace),
 				Usage: "ec:NAME:SIZE, mem:SIZE or file:PATH[:SIZE], sizes such as 512MiB or 1GiB (repeatable)"},
+			&cli.StringFlag{Name: "fs", Value: d.FS, Usage: fsHelp},
 			&cli.StringFlag{Name: "ec", Value: d.Geometry.String(),
 				Usage: "geometry `K+M` of the erasure-coded store: K data and M parity devices; an existing store must match"},
 			&cli.StringSliceFlag{Name: "device", Usage: "a device `DIR` of the erasure-coded store, once per device (K+M) in order, in place of DATA/dev0 …"},
@@ -383,6 +388,7 @@ func serveConfigFromFlags(c *cli.Context) (serveConfig, error) {
 		BlockSize:     c.Int("block-size"),
 		Devices:       c.StringSlice("device"),
 		ScrubInterval: c.Duration("scrub-interval"),
+		FS:            c.String("fs"),
 	}
 	for _, s := range c.StringSlice("namespace") {
 		ns, err := parseNamespaceSpec(s)
@@ -452,6 +458,16 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 				c.Close()
 			}
 			return fmt.Errorf("namespace %s: %w", spec, err)
+		}
+	}
+	if store != nil && cfg.FS != "" {
+		fsrv, err := openFileNamespace(cfg.FS, cfg.DataDir, store, log)
+		if err != nil {
+			return err
+		}
+		if _, err := sub.AddNamespace(target.NamespaceConfig{NSID: uint32(len(cfg.Namespaces) + 1), Vendor: fsrv}); err != nil {
+			fsrv.Close()
+			return fmt.Errorf("file namespace %s: %w", cfg.FS, err)
 		}
 	}
 	for _, u := range cfg.Listeners {

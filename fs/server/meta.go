@@ -9,7 +9,7 @@ import (
 
 // bbolt buckets.
 var (
-	bucketSuper     = []byte("super")      // "next_ino" → u64, "version" → u32
+	bucketSuper     = []byte("super")      // "next_ino" → u64, "version" → u32, "fsid" → u16
 	bucketInodes    = []byte("inodes")     // ino (8, BE) → inode record
 	bucketDirents   = []byte("dirents")    // parent (8, BE) + name → dirent value
 	bucketCookies   = []byte("dircookies") // parent (8, BE) + cookie (8, BE) → name
@@ -19,6 +19,7 @@ var (
 	allBuckets      = [][]byte{bucketSuper, bucketInodes, bucketDirents, bucketCookies, bucketData, bucketXattrs, bucketOrphans}
 	keyNextIno      = []byte("next_ino")
 	keyVersion      = []byte("version")
+	keyFSID         = []byte("fsid")
 	formatVersion   = uint32(1)
 	castagnoli      = crc32.MakeTable(crc32.Castagnoli)
 	errCorruptInode = fmt.Errorf("fs/server: corrupt inode record: %w", syscall.EIO)

@@ -133,15 +133,23 @@ func (s *Server) init() error {
 			}
 		}
 		sb := tx.Bucket(bucketSuper)
+		var fsid [2]byte
+		binary.LittleEndian.PutUint16(fsid[:], s.opt.FSID)
 		if v := sb.Get(keyVersion); v != nil {
 			if len(v) != 4 || binary.LittleEndian.Uint32(v) != formatVersion {
 				return fmt.Errorf("fs/server: metadata format %x, this build reads %d", v, formatVersion)
+			}
+			if got := sb.Get(keyFSID); string(got) != string(fsid[:]) {
+				return fmt.Errorf("fs/server: the metadata belongs to FSID %x, not %#04x: its chunks would not be found", got, s.opt.FSID)
 			}
 			return nil
 		}
 		var v [4]byte
 		binary.LittleEndian.PutUint32(v[:], formatVersion)
 		if err := sb.Put(keyVersion, v[:]); err != nil {
+			return err
+		}
+		if err := sb.Put(keyFSID, fsid[:]); err != nil {
 			return err
 		}
 		now := s.opt.Now().UnixNano()
