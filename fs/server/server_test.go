@@ -1,0 +1,286 @@
+package server
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/fs/internal/proto"
+)
+
+const root = 1
+
+func TestNameErrors(t *testing.T) {
+	s := newServer(t, testOptions())
+	long := []byte(strings.Repeat("n", 256))
+	max := []byte(strings.Repeat("n", 255))
+	_, err := s.mkdir(root, max, 0o755, 0, 0)
+	require.NoError(t, err, "255 bytes is a name")
+	for _, c := range []struct {
+		name string
+		want syscall.Errno
+	}{
+		{"a/b", syscall.EINVAL}, {"a\x00b", syscall.EINVAL}, {"/", syscall.EINVAL}, {string(long), syscall.ENAMETOOLONG},
+		{"", syscall.ENOENT},
+	} {
+		_, err := s.mkdir(root, []byte(c.name), 0o755, 0, 0)
+		requireErrno(t, c.want, err, "mkdir %q", c.name)
+		_, err = s.lookup(root, []byte(c.name))
+		requireErrno(t, c.want, err, "lookup %q", c.name)
+		_, _, err = s.create(root, []byte(c.name), 0o644, 0, 0, 0)
+		requireErrno(t, c.want, err, "create %q", c.name)
+		requireErrno(t, c.want, s.unlink(root, []byte(c.name), false), "unlink %q", c.name)
+		requireErrno(t, c.want, s.rename(root, []byte(c.name), root, []byte("x"), 0), "rename %q", c.name)
+		_, err = s.symlink(root, []byte(c.name), []byte("t"), 0, 0)
+		requireErrno(t, c.want, err, "symlink %q", c.name)
+	}
+	// "." and "..", as Linux answers them.
+	for _, n := range []string{".", ".."} {
+		_, err := s.mkdir(root, []byte(n), 0o755, 0, 0)
+		requireErrno(t, syscall.EEXIST, err, "mkdir %s", n)
+		_, err = s.mknod(root, []byte(n), syscall.S_IFREG|0o644, 0, 0, 0)
+		requireErrno(t, syscall.EEXIST, err, "mknod %s", n)
+		requireErrno(t, syscall.EISDIR, s.unlink(root, []byte(n), false), "unlink %s", n)
+		requireErrno(t, syscall.EBUSY, s.rename(root, []byte(n), root, []byte("x"), 0), "rename %s", n)
+	}
+	requireErrno(t, syscall.EINVAL, s.unlink(root, []byte("."), true), "rmdir .")
+	requireErrno(t, syscall.ENOTEMPTY, s.unlink(root, []byte(".."), true), "rmdir ..")
+}
+
+func TestErrnos(t *testing.T) {
+	s := newServer(t, testOptions())
+	d, err := s.mkdir(root, []byte("d"), 0o755, 0, 0)
+	require.NoError(t, err)
+	f, h, err := s.create(root, []byte("f"), 0o644, 0, 0, oExcl)
+	require.NoError(t, err)
+	require.NoError(t, s.release(f.Ino, h))
+
+	_, _, err = s.create(root, []byte("f"), 0o644, 0, 0, oExcl)
+	requireErrno(t, syscall.EEXIST, err)
+	_, _, err = s.create(root, []byte("d"), 0o644, 0, 0, 0)
+	requireErrno(t, syscall.EISDIR, err)
+	_, err = s.lookup(f.Ino, []byte("x"))
+	requireErrno(t, syscall.ENOTDIR, err)
+	_, err = s.mkdir(f.Ino, []byte("x"), 0o755, 0, 0)
+	requireErrno(t, syscall.ENOTDIR, err)
+	_, err = s.mkdir(999, []byte("x"), 0o755, 0, 0)
+	requireErrno(t, syscall.ENOENT, err)
+	_, err = s.mknod(root, []byte("dev"), syscall.S_IFCHR|0o644, 1, 0, 0)
+	requireErrno(t, syscall.EPERM, err)
+	_, err = s.link(d.Ino, root, []byte("dl"))
+	requireErrno(t, syscall.EPERM, err)
+	_, err = s.link(f.Ino, root, []byte("d"))
+	requireErrno(t, syscall.EEXIST, err)
+	_, err = s.read(d.Ino, 0, make([]byte, 10))
+	requireErrno(t, syscall.EISDIR, err)
+	_, err = s.write(d.Ino, 0, []byte("x"), false)
+	requireErrno(t, syscall.EISDIR, err)
+	_, err = s.write(f.Ino, -1, []byte("x"), false)
+	requireErrno(t, syscall.EINVAL, err)
+	_, err = s.write(f.Ino, maxFileSize, []byte("x"), false)
+	requireErrno(t, syscall.EFBIG, err)
+	_, _, err = s.openIno(d.Ino, oWronly)
+	requireErrno(t, syscall.EISDIR, err)
+	requireErrno(t, syscall.EBADF, s.release(f.Ino, 12345))
+
+	// Rename.
+	_, err = s.mkdir(d.Ino, []byte("sub"), 0o755, 0, 0)
+	require.NoError(t, err)
+	requireErrno(t, syscall.EINVAL, s.rename(root, []byte("d"), d.Ino, []byte("inside"), 0), "a directory into itself")
+	requireErrno(t, syscall.EISDIR, s.rename(root, []byte("f"), root, []byte("d"), 0), "a file over a directory")
+	_, err = s.mkdir(root, []byte("e"), 0o755, 0, 0)
+	require.NoError(t, err)
+	requireErrno(t, syscall.ENOTEMPTY, s.rename(root, []byte("e"), root, []byte("d"), 0))
+	requireErrno(t, syscall.ENOTDIR, s.rename(root, []byte("e"), root, []byte("f"), 0))
+	requireErrno(t, syscall.EEXIST, s.rename(root, []byte("e"), root, []byte("f"), proto.RenameNoRepl))
+	requireErrno(t, syscall.ENOENT, s.rename(root, []byte("e"), root, []byte("none"), proto.RenameExch))
+	requireErrno(t, syscall.ENOENT, s.rename(root, []byte("none"), root, []byte("x"), 0))
+	requireErrno(t, syscall.EINVAL, s.rename(root, []byte("e"), root, []byte("f"), proto.RenameNoRepl|proto.RenameExch))
+
+	// Exchange a file and a directory across directories.
+	require.NoError(t, s.rename(root, []byte("f"), d.Ino, []byte("sub"), proto.RenameExch))
+	got, err := s.lookup(root, []byte("f"))
+	require.NoError(t, err)
+	require.Equal(t, uint32(sIFDIR), got.Mode&sIFMT)
+	dotdot, err := s.lookup(got.Ino, []byte(".."))
+	require.NoError(t, err)
+	require.Equal(t, uint64(root), dotdot.Ino, "the exchanged directory's parent moved")
+	rootAttr, _ := s.getAttr(root)
+	dAttr, _ := s.getAttr(d.Ino)
+	require.Equal(t, uint32(5), rootAttr.Nlink, "root: . .. d e f(dir)")
+	require.Equal(t, uint32(2), dAttr.Nlink, "d: . and the parent's entry; sub is a file now")
+
+	// Xattrs.
+	requireErrno(t, syscall.ENODATA, s.removeXattr(f.Ino, []byte("user.x")))
+	_, err = s.getXattr(f.Ino, []byte("user.x"), make([]byte, 10))
+	requireErrno(t, syscall.ENODATA, err)
+	require.NoError(t, s.setXattr(f.Ino, []byte("user.x"), []byte("0123456789ab"), 0))
+	_, err = s.getXattr(f.Ino, []byte("user.x"), make([]byte, 10))
+	requireErrno(t, syscall.ERANGE, err)
+	requireErrno(t, syscall.E2BIG, s.setXattr(f.Ino, []byte("user.big"), make([]byte, proto.MaxXattrValue+1), 0))
+	_, err = s.listXattr(f.Ino, make([]byte, 3))
+	requireErrno(t, syscall.ERANGE, err)
+
+	// No space.
+	small := newServer(t, Options{BlockSize: 8192, InlineMax: 512, Capacity: 64 << 10})
+	sf, sh, err := small.create(root, []byte("f"), 0o644, 0, 0, 0)
+	require.NoError(t, err)
+	_, err = small.write(sf.Ino, 0, make([]byte, 128<<10), false)
+	requireErrno(t, syscall.ENOSPC, err)
+	_, err = small.write(sf.Ino, 0, make([]byte, 32<<10), false)
+	require.NoError(t, err)
+	require.NoError(t, small.release(sf.Ino, sh))
+	requireErrno(t, syscall.ENOSPC, small.fallocate(sf.Ino, 0, 0, 1<<20))
+}
+
+// TestHundredThousandEntries lists a directory of 100 000 entries in
+// pages: every entry once, in few pages, each page one seek in the
+// cookie index.
+func TestHundredThousandEntries(t *testing.T) {
+	s := newServer(t, testOptions())
+	d, err := s.mkdir(root, []byte("big"), 0o755, 0, 0)
+	require.NoError(t, err)
+	const n = 100_000
+	// One transaction for the set-up: bbolt fsyncs each commit.
+	want := make(map[string]bool, n)
+	require.NoError(t, s.db.Update(func(tx *bboltTx) error {
+		dn, err := getDir(tx, d.Ino)
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			name := fmt.Sprintf("entry-%06d-%s", i, strings.Repeat("x", i%40))
+			ino, err := s.newIno(tx)
+			if err != nil {
+				return err
+			}
+			in := &inode{Mode: sIFREG | 0o644, Nlink: 1, Flags: flagInline}
+			if err := putInode(tx, ino, in); err != nil {
+				return err
+			}
+			if err := addEntry(tx, d.Ino, dn, []byte(name), ino, in.Mode); err != nil {
+				return err
+			}
+			want[name] = true
+		}
+		return putInode(tx, d.Ino, dn)
+	}))
+	for _, plus := range []bool{false, true} {
+		names, pages := listAll(t, s, d.Ino, 64<<10, plus)
+		require.Len(t, names, n+2)
+		seen := map[string]bool{}
+		for _, nm := range names[2:] {
+			require.True(t, want[nm], nm)
+			require.False(t, seen[nm], "listed twice: %s", nm)
+			seen[nm] = true
+		}
+		entry := proto.DirentSize(len("entry-000000-")+40, plus)
+		require.LessOrEqual(t, pages, (n*entry)/(64<<10)*2+2, "pages of 64 KiB are filled")
+	}
+	// A listing that starts in the middle goes on where it left off, and
+	// entries removed and added meanwhile behave.
+	buf := make([]byte, 4096)
+	nb, err := s.readDir(d.Ino, 0, buf, false)
+	require.NoError(t, err)
+	var last uint64
+	_, err = proto.ParseDirents(buf[:nb], false, func(e *proto.Dirent) error { last = e.Cookie; return nil })
+	require.NoError(t, err)
+	require.NoError(t, s.unlink(d.Ino, []byte("entry-099999-"+strings.Repeat("x", 99999%40)), false))
+	_, err = s.mknod(d.Ino, []byte("late"), sIFREG|0o644, 0, 0, 0)
+	require.NoError(t, err)
+	var rest []string
+	for cookie := last; ; {
+		nb, err := s.readDir(d.Ino, cookie, buf, false)
+		require.NoError(t, err)
+		eof, err := proto.ParseDirents(buf[:nb], false, func(e *proto.Dirent) error {
+			rest = append(rest, string(e.Name))
+			cookie = e.Cookie
+			return nil
+		})
+		require.NoError(t, err)
+		if eof {
+			break
+		}
+	}
+	require.Equal(t, "late", rest[len(rest)-1])
+	seen := map[string]bool{}
+	for _, nm := range rest {
+		require.False(t, seen[nm], nm)
+		seen[nm] = true
+	}
+}
+
+func TestSmallFilesInlineThenChunks(t *testing.T) {
+	s := newServer(t, testOptions())
+	f, h, err := s.create(root, []byte("f"), 0o644, 0, 0, 0)
+	require.NoError(t, err)
+	_, err = s.write(f.Ino, 0, []byte("tiny"), false)
+	require.NoError(t, err)
+	require.Empty(t, s.store.Chunks(), "a small file lives in the metadata")
+	n, _ := s.viewInode(f.Ino)
+	require.True(t, n.inline())
+	big := bytes.Repeat([]byte("0123456789"), 3000)
+	_, err = s.write(f.Ino, 2, big, false)
+	require.NoError(t, err)
+	n, _ = s.viewInode(f.Ino)
+	require.False(t, n.inline())
+	require.Equal(t, uint64(4), n.Chunks, "30 002 bytes in 8 KiB blocks")
+	got := make([]byte, 30_010)
+	k, err := s.read(f.Ino, 0, got)
+	require.NoError(t, err)
+	require.Equal(t, 30_002, k)
+	require.Equal(t, "ti", string(got[:2]))
+	require.Equal(t, big, got[2:k])
+	require.NoError(t, s.release(f.Ino, h))
+	require.NoError(t, s.unlink(root, []byte("f"), false))
+	require.Empty(t, s.store.Chunks(), "unlink frees the chunks")
+	require.Zero(t, s.used.Load())
+	checkInvariants(t, s)
+}
+
+func TestUnlinkWhileOpen(t *testing.T) {
+	d := newDevices(t)
+	st, s := d.open(testOptions())
+	f, h, err := s.create(root, []byte("f"), 0o644, 0, 0, 0)
+	require.NoError(t, err)
+	data := bytes.Repeat([]byte("x"), 20000)
+	_, err = s.write(f.Ino, 0, data, false)
+	require.NoError(t, err)
+	require.NoError(t, s.unlink(root, []byte("f"), false))
+	_, err = s.lookup(root, []byte("f"))
+	requireErrno(t, syscall.ENOENT, err)
+	got := make([]byte, 30000)
+	n, err := s.read(f.Ino, 0, got)
+	require.NoError(t, err, "an open file stays readable")
+	require.Equal(t, data, got[:n])
+	_, err = s.write(f.Ino, 20000, []byte("more"), false)
+	require.NoError(t, err, "and writable")
+	a, err := s.getAttr(f.Ino)
+	require.NoError(t, err)
+	require.Zero(t, a.Nlink)
+	require.NoError(t, s.release(f.Ino, h))
+	_, err = s.getAttr(f.Ino)
+	requireErrno(t, syscall.ENOENT, err)
+	require.Empty(t, st.Chunks())
+
+	// The same with a stop before the release: the next open deletes it.
+	f, _, err = s.create(root, []byte("g"), 0o644, 0, 0, 0)
+	require.NoError(t, err)
+	_, err = s.write(f.Ino, 0, data, false)
+	require.NoError(t, err)
+	require.NoError(t, s.unlink(root, []byte("g"), false))
+	require.NoError(t, st.Sync())
+	require.NoError(t, s.Close())
+	require.NoError(t, st.Close())
+	st, s = d.open(testOptions())
+	defer st.Close()
+	defer s.Close()
+	_, err = s.getAttr(f.Ino)
+	requireErrno(t, syscall.ENOENT, err)
+	require.Empty(t, st.Chunks())
+	checkInvariants(t, s)
+}
