@@ -60,6 +60,7 @@ type tcpSlot struct {
 	tail [nvmeof.TCPDigestSize + nvmeof.TCPCapsuleRespHeaderSize + nvmeof.TCPDigestSize]byte
 	r2t  [nvmeof.TCPDataHeaderSize + nvmeof.TCPDigestSize]byte
 	vec  [3][]byte
+	n    int // parts of vec in use
 	bufs net.Buffers
 }
 
@@ -95,6 +96,11 @@ type tcpQueue struct {
 	slots []tcpSlot
 	free  chan *tcpSlot
 	busy  atomic.Int32 // slots taken from free and not yet returned
+	// pend holds the responses the reader built while handling the PDUs
+	// of one read; flushReplies writes them with one writev (pvec).
+	pend  []*tcpSlot
+	pvec  net.Buffers
+	pbufs net.Buffers
 
 	// wmu serializes writes to conn (and guards out).
 	wmu sync.Mutex
@@ -128,6 +134,8 @@ func newTCPQueue(l *tcpListener, c net.Conn) *tcpQueue {
 		slots:  make([]tcpSlot, nslots),
 		free:   make(chan *tcpSlot, nslots),
 		work:   make(chan *tcpSlot, nslots),
+		pend:   make([]*tcpSlot, 0, nslots),
+		pvec:   make(net.Buffers, 0, 3*nslots),
 	}
 	q.core.init(l.t, q, 0, entries)
 	q.core.qidFromConnect = true
@@ -149,7 +157,11 @@ func (q *tcpQueue) run() {
 	q.stopCtx = context.AfterFunc(q.t.ctx, q.disconnect)
 	q.conn.SetReadDeadline(time.Now().Add(tcpICReqTimeout))
 	for {
-		if err := q.readPDU(); err != nil {
+		err := q.readPDU()
+		if err == nil && !q.pduBuffered() {
+			q.flushReplies()
+		}
+		if err != nil {
 			var fe *nvmeof.TCPFatalError
 			switch {
 			case errors.As(err, &fe):
@@ -240,6 +252,7 @@ func (q *tcpQueue) readPDU() error {
 // in error, stops sending, and reads what the host still sends for a
 // moment before the connection closes.
 func (q *tcpQueue) terminate(fe *nvmeof.TCPFatalError, header []byte) error {
+	q.flushReplies() // the commands before the error are answered
 	p := nvmeof.TCPTermReq{Type: nvmeof.TCPPDUC2HTermReq, FES: fe.FES, FEI: fe.FEI, Data: header}
 	q.wmu.Lock()
 	n, _ := p.MarshalTo(q.term[:])
@@ -309,11 +322,30 @@ func (q *tcpQueue) readData(l nvmeof.TCPLayout, b []byte) (ok bool, err error) {
 
 // takeSlot returns a free slot, waiting for one if every slot is busy
 // (the host has more commands in flight than the queue allows: the core
-// refuses the excess, and their responses free slots).
+// refuses the excess, and their responses free slots). The responses
+// the reader holds go out first.
 func (q *tcpQueue) takeSlot() *tcpSlot {
-	s := <-q.free
+	var s *tcpSlot
+	select {
+	case s = <-q.free:
+	default:
+		q.flushReplies()
+		s = <-q.free
+	}
 	q.busy.Add(1)
 	return s
+}
+
+// pduBuffered reports whether a whole PDU waits in the read buffer, so
+// the reader can handle it before it writes the responses it holds.
+func (q *tcpQueue) pduBuffered() bool {
+	n := q.br.Buffered()
+	if n < nvmeof.TCPCommonHeaderSize {
+		return false
+	}
+	b, _ := q.br.Peek(nvmeof.TCPCommonHeaderSize)
+	h, _ := nvmeof.ParseTCPHeader(b)
+	return int64(h.PLEN) <= int64(n)
 }
 
 // releaseSlot returns a slot whose response went out.
@@ -350,7 +382,7 @@ func (q *tcpQueue) onCommand(l nvmeof.TCPLayout) error {
 			q.log.Warn("data digest error in a command capsule", "cid", r.cmd.CID)
 			q.core.outstanding.Add(1)
 			r.rsp.Status = nvmeof.StatusTransientTransportError
-			q.respond(r)
+			q.reply(s)
 			return nil
 		}
 	}
@@ -367,7 +399,7 @@ func (q *tcpQueue) onCommand(l nvmeof.TCPLayout) error {
 	}
 	switch q.core.begin(r) {
 	case actRespond:
-		q.respond(r)
+		q.reply(s)
 	case actFetch:
 		if r.sglInCapsule {
 			off := int(dp.InCapsule.Offset)
@@ -484,7 +516,7 @@ func (q *tcpQueue) onH2CData(h nvmeof.TCPHeader, l nvmeof.TCPLayout) error {
 	s.wantData = false
 	if s.badData {
 		r.rsp.Status = nvmeof.StatusTransientTransportError
-		q.respond(r)
+		q.reply(s)
 		return nil
 	}
 	q.execute(s)
@@ -503,7 +535,7 @@ func (q *tcpQueue) execute(s *tcpSlot) {
 		return
 	}
 	if q.core.execute(r) {
-		q.respond(r)
+		q.reply(s)
 	}
 }
 
@@ -525,9 +557,50 @@ func (q *tcpQueue) startWorkers() {
 // respond implements queueTransport: the controller-to-host data in one
 // C2HData PDU (LAST_PDU; SUCCESS, and no CapsuleResp, when SQ flow
 // control is disabled and the completion has nothing but a successful
-// status to say), then the CapsuleResp, in one writev. Any goroutine.
+// status to say), then the CapsuleResp, in one writev. For goroutines
+// other than the reader, which uses reply.
 func (q *tcpQueue) respond(r *request) {
 	s := &q.slots[r.index]
+	q.buildResponse(s)
+	q.wmu.Lock()
+	s.bufs = s.vec[:s.n]
+	_, err := s.bufs.WriteTo(q.conn)
+	q.wmu.Unlock()
+	q.responded(s, err)
+}
+
+// reply is respond on the reader: the response waits in pend and goes
+// out with the others of the batch (flushReplies), one writev for all.
+func (q *tcpQueue) reply(s *tcpSlot) {
+	q.buildResponse(s)
+	q.pend = append(q.pend, s)
+}
+
+// flushReplies writes the responses the reader collected.
+func (q *tcpQueue) flushReplies() {
+	if len(q.pend) == 0 {
+		return
+	}
+	vec := q.pvec[:0]
+	for _, s := range q.pend {
+		vec = append(vec, s.vec[:s.n]...)
+	}
+	q.wmu.Lock()
+	q.pbufs = vec
+	_, err := q.pbufs.WriteTo(q.conn)
+	q.wmu.Unlock()
+	clear(vec)
+	q.pvec = vec[:0]
+	for i, s := range q.pend {
+		q.pend[i] = nil
+		q.responded(s, err)
+	}
+	q.pend = q.pend[:0]
+}
+
+// buildResponse finishes s's request and builds its PDUs in s.vec[:s.n].
+func (q *tcpQueue) buildResponse(s *tcpSlot) {
+	r := &s.req
 	q.core.finish(r)
 	hd, dd := 0, 0
 	var hflag, dflag nvmeof.TCPFlags
@@ -573,12 +646,14 @@ func (q *tcpQueue) respond(r *request) {
 		s.vec[n] = s.tail[:tail]
 		n++
 	}
+	s.n = n
+}
+
+// responded frees s once its response is written (or failed to be).
+func (q *tcpQueue) responded(s *tcpSlot, err error) {
+	r := &s.req
 	closeQueue := r.closeQueue
-	q.wmu.Lock()
-	s.bufs = s.vec[:n]
-	_, err := s.bufs.WriteTo(q.conn)
-	q.wmu.Unlock()
-	clear(s.vec[:n])
+	clear(s.vec[:])
 	r.data = nil
 	q.releaseSlot(s)
 	if err != nil {
