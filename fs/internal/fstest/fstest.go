@@ -65,7 +65,18 @@ func (w writer) Write(p []byte) (int, error) {
 // file server (its Logger defaults to the test's).
 func Start(t testing.TB, url string, opt server.Options) *Target {
 	t.Helper()
-	dir := t.TempDir()
+	tt := start(t, t.TempDir(), url, opt)
+	t.Cleanup(func() { tt.Stop() })
+	return tt
+}
+
+// Restart starts the stopped target again on the same files and address.
+func (tt *Target) Restart(t testing.TB, opt server.Options) {
+	t.Helper()
+	*tt = *start(t, tt.Dir, tt.Addr, opt)
+}
+
+func start(t testing.TB, dir, url string, opt server.Options) *Target {
 	store, err := chunkstore.OpenOrCreateDirs(chunkstore.DeviceDirs(filepath.Join(dir, "data"), chunkstore.Geometry{Data: 2, Parity: 1}),
 		chunkstore.WithGeometry(chunkstore.Geometry{Data: 2, Parity: 1}), chunkstore.WithStripeUnit(64<<10), chunkstore.WithLogger(Logger(t)))
 	require.NoError(t, err)
@@ -84,9 +95,7 @@ func Start(t testing.TB, url string, opt server.Options) *Target {
 	defer cancel()
 	addr, err := tgt.Listen(ctx, url)
 	require.NoError(t, err)
-	tt := &Target{Addr: addr, Dir: dir, Store: store, Server: srv, T: tgt}
-	t.Cleanup(func() { tt.Stop() })
-	return tt
+	return &Target{Addr: addr, Dir: dir, Store: store, Server: srv, T: tgt}
 }
 
 // Stop closes the target, the file server and the store. Safe to call
