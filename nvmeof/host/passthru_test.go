@@ -54,7 +54,7 @@ func (echoVendor) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
 func (echoVendor) Sync() error { return nil }
 
 func TestPassthru(t *testing.T) {
-	forEachTransport(t, false, func(t *testing.T, url string) {
+	forEachTargetTransport(t, false, func(t *testing.T, url string) {
 		rt := newTarget(t, url, 1<<20, 512, nil)
 		_, err := rt.sub.AddNamespace(target.NamespaceConfig{NSID: 2, Vendor: echoVendor{}})
 		require.NoError(t, err)
