@@ -1,9 +1,11 @@
 // Package nvmeof is the NVMe over Fabrics wire: the bytes of submission
 // and completion queue entries, SGL descriptors, the Fabrics, admin and
 // NVM commands, the data structures they carry, and the RDMA_CM private
-// data of the RDMA transport, byte-exact to the specifications. The
-// target, the host library and the RDMA and TCP transport bindings are
-// built on it; this package does no I/O and keeps no state.
+// data of the RDMA transport and the PDUs of the TCP transport (tcp.go),
+// byte-exact to the specifications. The target, the host library and the
+// RDMA and TCP transport bindings are built on it; this package does no
+// I/O and keeps no state. NVMe/TCP digests are CRC32C from hash/crc32's
+// Castagnoli table (which uses the CPU's CRC32 instructions).
 //
 // # The model
 //
@@ -73,7 +75,8 @@
 //     namespace lists in increasing order, namespace identification
 //     descriptors of the length their type requires and not repeated.
 //   - It never panics, whatever the input; every decoder of bytes from a
-//     peer has a fuzz target (fuzz_test.go) with a round-trip property.
+//     peer has a fuzz target (fuzz_test.go; the TCP PDUs in tcp_fuzz_test.go)
+//     with a round-trip property.
 //   - It does not keep the input: values are copied out. ParseCapsule's
 //     second result is the one slice that aliases its argument.
 //
@@ -151,8 +154,17 @@
 //	        private data and reject status codes
 //	  Keyed SGL Data Block, Invalidate Key subtype     sgl.go
 //	  Discovery TSAS for RDMA (QPTYPE, PRTYPE, CMS)    discovery.go
-//	NVMe TCP Transport 1.0
-//	  Transport SGL Data Block (5Ah); TSAS SECTYPE     sgl.go, discovery.go
+//	NVMe TCP Transport 1.0 (and the TCP transport specification of NVMe 2.x)
+//	  Transport SGL Data Block (5Ah)                   sgl.go
+//	  3.3 PDU common header (PDU-Type, FLAGS, HLEN,    tcp.go
+//	        PDO, PLEN); 3.6.2 PDU types: ICReq,
+//	        ICResp, H2CTermReq, C2HTermReq (FES, FEI),
+//	        CapsuleCmd, CapsuleResp, H2CData, C2HData,
+//	        R2T; HPDA/CPDA data alignment; header and
+//	        data digests (CRC32C)
+//	  The receiver's checks of a common header, with   tcp.go (TCPReceiver)
+//	        the FES and FEI each violation gets
+//	  Discovery TSAS for TCP (SECTYPE)                 discovery.go, tcp.go
 //
 // The behaviour the specifications ask of each side lives in the
 // subpackages (paths relative to nvmeof/):
@@ -177,14 +189,22 @@
 //	  RDMA binding: RDMA_CM private data and rejects    target/rdma_listener.go
 //	  RDMA binding: capsules by Send, data by RDMA      target/rdma_queue.go
 //	        Read/Write, Send with Invalidate
+//	  TCP binding: listener, ICReq/ICResp negotiation   target/tcp_listener.go,
+//	        (digests, HPDA, MAXH2CDATA), in-capsule      target/tcp_queue.go
+//	        data, R2T/H2CData, C2HData (SUCCESS),
+//	        C2HTermReq on fatal errors, Transient
+//	        Transport Error on data digest errors
 //	Host side (package host)
 //	  Controller initialisation (Connect, CAP, CC.EN,   host/controller.go
 //	        CSTS.RDY, Identify checks, Number of
 //	        Queues), Keep Alive, reconnect
 //	  Discovery                                         host/discover.go
 //	  Admin commands                                    host/admin.go
-//	  I/O queues, RDMA binding (CM private data,        host/queue.go
-//	        keyed and in-capsule SGLs)
+//	  I/O queues (slots, requests, failure handling)    host/queue.go
+//	  RDMA binding (CM private data, keyed and          host/rdma_queue.go
+//	        in-capsule SGLs)
+//	  TCP binding (ICReq/ICResp, CapsuleCmd, H2CData    host/tcp_queue.go
+//	        answering R2T, C2HData, H2CTermReq)
 //	  NVM commands, MDTS splitting                      host/namespace.go,
 //	                                                     host/request.go
 package nvmeof

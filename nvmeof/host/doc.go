@@ -1,7 +1,8 @@
 // Package host is capsule's NVMe over Fabrics host: a Go client library
 // that connects to NVM subsystems over the RDMA binding (any provider of
-// package rdma: iwarp://, shm://, rdma://) and exposes their namespaces as
-// io.ReaderAt / io.WriterAt block devices with an asynchronous API beside.
+// package rdma: iwarp://, shm://, rdma://) or the NVMe/TCP binding
+// (tcp://HOST:PORT) and exposes their namespaces as io.ReaderAt /
+// io.WriterAt block devices with an asynchronous API beside.
 //
 //	entries, err := host.Discover(ctx, "iwarp://127.0.0.1:4420")
 //	c, err := host.Dial(ctx, "iwarp://127.0.0.1:4420", host.WithSubsystem(nqn))
@@ -9,7 +10,45 @@
 //	ns, err := c.Namespace(1)
 //	n, err := ns.ReadAt(buf, off)
 //
-// The program links the providers in (import rdma/providers).
+// The program links the providers in (import rdma/providers) for RDMA
+// URLs; tcp:// needs nothing.
+//
+// # Transports
+//
+// queue.go keeps what every binding shares: the command slots and their
+// CIDs, the requests and their chunks, free lists, timeouts and the
+// collection of what was in flight when a connection fails. A binding
+// implements queueTransport (transport.go): it opens the connection,
+// sends capsules, says what SGL1 describes a slot's data with, moves the
+// data, and hands responses to the queue on the queue goroutine.
+// rdma_queue.go is the RDMA binding described below; tcp_queue.go the
+// NVMe/TCP one:
+//
+//   - ICReq with PFV 0, HPDA 0, MAXR2T 0 and the digests WithTCPDigests
+//     asks for (none by default); the ICResp is checked as Linux checks it
+//     (PLEN 128, PFV 0, CPDA at most 31, MAXH2CDATA a multiple of 4 and at
+//     least 4096, no digest the host did not ask for).
+//   - Capsules go in CapsuleCmd PDUs: in-capsule data (SGL 01h) up to the
+//     I/O queue's in-capsule size as on RDMA, and up to 8 KiB on the admin
+//     queue (Connect's data travels there, as Linux sends it); other data
+//     is described by a Transport SGL Data Block (5Ah), and commands
+//     without data carry one of length 0. Nothing is registered: slots and
+//     buffers are plain memory, admin data moves straight to and from the
+//     caller's slice.
+//   - R2Ts are answered with H2CData PDUs of at most MAXH2CDATA bytes from
+//     the slot's memory; C2HData is read straight into it (then copied to
+//     the caller's buffer, as on RDMA); a C2HData with SUCCESS completes
+//     its command.
+//   - The queue goroutine only reads. What it must send (the H2CData an
+//     R2T asks for, commands issued from Done callbacks) goes to a writer
+//     goroutine, all of one batch of PDUs in one writev; commands from
+//     other goroutines are written at once. A reader that wrote could
+//     wait for a controller that waits to write to it.
+//   - A malformed PDU from the controller is answered with an H2CTermReq
+//     (FES and FEI as nvmeof.TCPReceiver.Check says) and the connection is
+//     dropped: a protocol violation, so the controller is lost and
+//     reconnected like any other. A C2HTermReq, a bad data digest or a
+//     PDU for a command without a transfer outstanding drop it too.
 //
 // # The model
 //
@@ -28,8 +67,9 @@
 //  3. Identify Controller, checked as Linux checks it (checkController in
 //     admin.go): CNTLID equals Connect's, KAS non-zero (except
 //     discovery), IOCCSZ >= 4 and IORCSZ >= 1 (except discovery), MAXCMD
-//     set, SGLS bit 2 (keyed SGLs), ICDOFF 0; and SUBNQN is the subsystem
-//     connected to. A failure is a *ControllerCheckError.
+//     set, SGLS bit 2 (keyed SGLs; on TCP: SGLs supported, bits 1:0),
+//     ICDOFF 0; and SUBNQN is the subsystem connected to. A failure is a
+//     *ControllerCheckError.
 //  4. Set Features, Number of Queues: N = WithQueues (default NumCPU),
 //     lowered to what the controller grants.
 //  5. I/O queues: entries = min(WithQueueDepth+1, MAXCMD, CAP.MQES+1);
@@ -210,10 +250,13 @@
 //     size while connected is noticed only at a reconnect.
 //   - Discovery entries map to URLs by address family and transport:
 //     intra-host (ADRFAM FEh) to shm://TRADDR, RDMA with provider iWARP to
-//     iwarp://, other RDMA to rdma:// (EntryURL).
+//     iwarp://, other RDMA to rdma://, TCP with SECTYPE 0 to tcp:// (TLS
+//     is not supported) (EntryURL).
+//   - fault+tcp:// is taken as tcp://: the target's fault+tcp listener
+//     (internal/netfault) does the cutting, the host dials plain TCP.
 //
 // # Libraries
 //
-// Only the standard library, package rdma for the transport, and package
-// nvmeof for every byte on the wire.
+// Only the standard library (net for NVMe/TCP), package rdma for the RDMA
+// transport, and package nvmeof for every byte on the wire.
 package host

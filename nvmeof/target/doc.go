@@ -1,6 +1,8 @@
 // Package target is capsule's NVMe over Fabrics target: the controller
 // side of NVMe-oF, with NVM subsystems, their namespaces, the discovery
-// subsystem, and the NVMe/RDMA transport binding over package rdma.
+// subsystem, the NVMe/RDMA transport binding over package rdma and the
+// NVMe/TCP transport binding over package net, which standard initiators
+// (Linux nvme-tcp, SPDK) speak.
 //
 //	t, _ := target.New(target.WithLogger(log))
 //	sub, _ := t.AddSubsystem(target.SubsystemConfig{NQN: "nqn.2026-11.io.capsule:default", AllowAnyHost: true})
@@ -8,6 +10,7 @@
 //	sub.AddNamespace(target.NamespaceConfig{NSID: 1, Device: dev, BlockSize: 512})
 //	t.Listen(ctx, "iwarp://127.0.0.1:4420")
 //	t.Listen(ctx, "shm://capsule")
+//	t.Listen(ctx, "tcp://127.0.0.1:4420")
 //	...
 //	t.Close() // drain, flush, close devices
 //
@@ -54,8 +57,8 @@
 // and the RDMA binding sits beside it in rdma_listener.go (RDMA_CM
 // private data, accept or reject) and rdma_queue.go (capsules by Send,
 // data by RDMA Read and Write, responses by Send or Send with
-// Invalidate). An NVMe/TCP binding implements queueTransport and the
-// listener interface the same way.
+// Invalidate). The NVMe/TCP binding implements queueTransport and the
+// listener interface the same way, in tcp_listener.go and tcp_queue.go.
 //
 // A command goes through the core in three calls a binding makes:
 // queue.begin (on the queue's goroutine: CID and outstanding-command
@@ -106,6 +109,48 @@
 //     key the host's device refuses (RemAccessErr on the RDMA Read or
 //     Write) ends the connection, and no data moved. So does a capsule
 //     shorter than a 64-byte SQE, which cannot be answered.
+//
+// # The NVMe/TCP binding
+//
+// One TCP connection per NVMe queue (TCP_NODELAY). The first PDU must be
+// an ICReq (PFV 0, HPDA 0..31, no reserved digest bits), answered with an
+// ICResp of PFV 0, CPDA 0, the digests the host asked for (both are
+// supported) and MAXH2CDATA 128 KiB (or MDTS if smaller): what a Linux
+// host insists on. The connection does not name its queue: the Connect
+// command does (queue.qidFromConnect).
+//
+//   - Every PDU's common header is checked before anything else of it is
+//     read (nvmeof.TCPReceiver.Check: type and direction, HLEN, flags and
+//     the digests negotiated, PDO against CPDA, PLEN against the type and
+//     the limits), then the header digest, then the type's own fields.
+//   - In-capsule data is read straight into the slot's capsule buffer:
+//     up to 8 KiB on every queue (the admin queue's fixed size) or the
+//     configured size (IOCCSZ) if larger. Other host data is asked for
+//     with one R2T per command (TTAG the slot index, R2TO 0, R2TL all of
+//     it) and read from H2CData PDUs straight into the slot's data buffer;
+//     they must come in order, within the R2T, LAST_PDU on the last.
+//   - Controller data goes out in one C2HData PDU (padded to HPDA) with
+//     LAST_PDU, then the CapsuleResp, in one writev. SUCCESS is set, and
+//     the CapsuleResp left out, only when the host disabled SQ flow
+//     control and the completion has nothing else to say (DW0 and DW1
+//     zero), as the specification allows.
+//   - Responses the connection's goroutine produces while handling the
+//     PDUs of one read go out together in one writev; those of workers
+//     and held commands are written at once. Writes are serialized by the
+//     queue's write lock.
+//   - Fatal errors get a C2HTermReq carrying FES, FEI and the header in
+//     error, then the target stops sending, reads for up to a second
+//     (so the host sees the TermReq, not a reset) and closes that
+//     connection alone: Invalid PDU Header Field (FEI the field's offset)
+//     for a bad type, HLEN, FLAGS, PDO or PLEN, DATAL, or a CCCID/TTAG
+//     with no R2T outstanding; PDU Sequence Error for anything before the
+//     ICReq or a second ICReq; Header Digest Error; Data Transfer Out of
+//     Range for data past the R2T or out of order; Unsupported Parameter
+//     for a PFV, HPDA or DGST the target does not take. An H2CTermReq
+//     from the host closes the connection.
+//   - A data digest error is not fatal: the command completes with
+//     Transient Transport Error and does not run (its remaining H2CData
+//     PDUs are still taken).
 //
 // # Bad input
 //
@@ -159,7 +204,8 @@
 // # Concurrency
 //
 // Every exported method is safe for concurrent use. Each queue has its
-// own goroutine that polls its CQ and runs commands; commands on
+// own goroutine that polls its CQ (RDMA) or reads its connection (TCP)
+// and runs commands; commands on
 // namespaces whose devices may block (not blockdev.NonBlocking) run on a
 // small pool of workers per queue (WithIOWorkersPerQueue). Queues run in
 // parallel with each other. Lock order: Target.mu, Subsystem.mu,
@@ -178,6 +224,15 @@
 //   - Identify reports NVMe 1.3: this controller implements what 1.3
 //     asks of a fabrics controller and none of the 2.0 command-set
 //     specific Identify structures, which Linux hosts would then ask for.
+//   - An NVMe/TCP queue keeps twice its largest number of entries in
+//     slots, each with a data buffer that grows on first use to the
+//     capsule size or to MDTS and stays: a host that keeps many large
+//     transfers in flight on many queues makes the target hold up to
+//     slots × MDTS per queue (the RDMA binding bounds this with
+//     WithLargeBuffersPerQueue and makes commands wait).
+//   - The discovery log lists tcp:// listeners with TRTYPE TCP (3),
+//     ADRFAM IPv4 or IPv6, TRADDR, TRSVCID and a TSAS of zeros (SECTYPE 0:
+//     no TLS); RDMA listeners with TRTYPE RDMA (1).
 //   - The discovery log entry of an shm:// listener has TRTYPE RDMA, ADRFAM
 //     Intra Host (FEh), TRADDR the shm name and an empty TRSVCID;
 //     iwarp:// entries carry PRTYPE iWARP in TSAS and rdma:// entries
@@ -195,6 +250,8 @@
 //
 // # Libraries
 //
-// The standard library (log/slog for logs), package rdma and its
-// providers, the wire package nvmeof and nvmeof/blockdev.
+// The standard library (log/slog for logs, net and bufio for NVMe/TCP),
+// package rdma and its providers, the wire package nvmeof,
+// nvmeof/blockdev, and internal/netfault for fault+tcp:// listeners whose
+// connections tests cut.
 package target
