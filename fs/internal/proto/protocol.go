@@ -84,10 +84,12 @@
 // the operation's outcome as a Linux errno (0: it succeeded; ENOENT 2,
 // EEXIST 17, ENOTEMPTY 39 ...), and DW1 the number of reply bytes the
 // server wrote (READ: the bytes read, short only at the end of the file;
-// WRITE: the bytes written). Name errors are errnos: an empty name, a name
-// containing '/' or NUL, or "." and ".." where a new entry is made or one
-// is removed, get EINVAL (rmdir "." gets EINVAL, rmdir ".." ENOTEMPTY,
-// as Linux does); a name over 255 bytes gets ENAMETOOLONG. A reply that
+// WRITE: the bytes written). Name errors are errnos: a name containing
+// '/' or NUL gets EINVAL, a name over 255 bytes ENAMETOOLONG, an empty
+// name ENOENT; "." and ".." are answered as Linux answers them: LOOKUP
+// finds the directory and its parent (the root's parent is the root),
+// making an entry of either name gets EEXIST, UNLINK EISDIR, RMDIR of "."
+// EINVAL and of ".." ENOTEMPTY, RENAME of or onto either EBUSY. A reply that
 // does not fit the reply buffer gets ERANGE (GETXATTR, LISTXATTR,
 // READLINK); READDIR stops at a full buffer instead.
 //
