@@ -1,34 +1,81 @@
-// Package fs is capsule's file client: a Go library that talks to the
+// Package fs is capsule's Go file client: a library that talks to the
 // file namespace of a capsule target over NVMe-oF (iwarp://, shm://),
-// with file operations as vendor-specific I/O commands (the protocol is
-// specified in fs/internal/proto/protocol.go).
+// each file operation one vendor-specific I/O command on the same queues
+// as block I/O (the protocol is specified in
+// fs/internal/proto/protocol.go; the target side is fs/server).
 //
 //	import capfs "github.com/capsule-storage/capsule/fs"
 //	c, err := capfs.Dial(ctx, "iwarp://127.0.0.1:4420")
+//	fsys := c.FS()
+//	f, err := fsys.Create("notes/today.txt")
+//	data, err := fsys.ReadFile("notes/today.txt")
 //
-// It has two layers. The inode API (Lookup, GetAttr, SetAttr, Mknod,
-// Mkdir, Create, Symlink, Readlink, Link, Unlink, Rmdir, Rename, Open,
-// Release, Read, Write, Fsync, Fallocate, ReadDir, StatFS and the xattr
-// methods) is one round trip per call, except Read, Write and ReadDir,
-// which split what one command cannot carry; the FUSE mount (fs/fusefs) is
-// built on it.
+// # Two layers
 //
-// Every error is, or wraps, a syscall.Errno: the server's errno from the
-// completion's DW0, ENOSYS and EINVAL for commands the target refuses, EIO
-// for transport failures.
+// The inode API on Client (Lookup, GetAttr, SetAttr, Mknod, Mkdir, Create,
+// Symlink, Readlink, Link, Unlink, Rmdir, Rename, Open, OpenAttr, Release,
+// Read, Write, WriteAppend, Fsync, Fallocate, ReadDir, StatFS and the
+// xattr methods) is one round trip per call, except Read, Write and
+// ReadDir, which split what one command cannot carry (Read and Write in
+// pieces of the controller's transfer size, sent in parallel; ReadDir in
+// pages of 64 KiB). The FUSE mount (fs/fusefs) is built on it.
+//
+// The path view, FS (c.FS()), is io/fs.FS, fs.StatFS, fs.ReadDirFS,
+// fs.ReadFileFS and fs.ReadLinkFS, plus Create, OpenFile, Mkdir, MkdirAll,
+// Remove, RemoveAll, Rename, Symlink, Link and Truncate; its File has
+// Read, ReadAt, Write, WriteAt, Seek, Sync, Truncate, ReadDir, Stat and
+// Close. It passes testing/fstest.TestFS. It is a type of its own because
+// the inode API already has the method names Open, Create, Mkdir ... that
+// io/fs gives other signatures.
+//
+// # Data movement
+//
+// Names, symlink targets and SetAttr records travel as in-capsule data;
+// attributes, directory pages, xattr values and read data come back
+// through a keyed SGL: the target RDMA-Writes them into the host
+// library's registered buffers. Write data goes in the capsule when it
+// fits the in-capsule size, else the target RDMA-Reads it. The host
+// library copies between its registered buffers and the caller's memory
+// (nvmeof/host: the caller's memory is never registered).
+//
+// # Consistency
+//
+// The server is the authority and the client caches nothing across
+// calls: what one client has written and closed, another sees at its next
+// open (close-to-open), and metadata changes show at once. A File's Read
+// keeps up to 64 KiB it fetched beyond what was asked, for small
+// sequential reads; its own writes drop it.
+//
+// # Errors
+//
+// Every error the inode API returns is, or wraps, a syscall.Errno: the
+// server's errno from the completion's DW0; ENOSYS and EINVAL when the
+// target refuses a command (Invalid Command Opcode, Invalid Field); EINTR
+// when ctx ends before the command is sent; EIO for transport failures.
+// Names are checked before they are sent ('/' or NUL: EINVAL, over 255
+// bytes: ENAMETOOLONG). The path view wraps them in *fs.PathError.
 //
 // # Reconnect
 //
-// The client rides on the host library's reconnect (nvmeof/host): while
-// the target is away, operations wait up to WithReconnectTimeout (the
-// host's controller-loss timeout) and then fail with EIO; none waits
-// longer. An operation in flight at a loss is sent again after the
-// reconnect only if it is idempotent (lookups, reads, writes at an
-// offset, attribute changes, listings); the others (create, unlink,
-// rename, append ...) fail with EIO, since they may or may not have run.
-// After the host library gives up, the next operation dials again.
+// The client rides on the host library's reconnect: while the target is
+// away, operations wait, up to WithReconnectTimeout (the host's
+// controller-loss timeout), and then fail with EIO; none waits longer.
+// A command in flight at a loss is sent again after the reconnect only if
+// it is idempotent (lookups, reads, writes at an offset, attribute
+// changes, listings, release); the others (create, mkdir, unlink, rename,
+// link, append, setxattr with flags) fail with EIO, since they may or may
+// not have run. Once the host library has given up, the next operation
+// dials again, for up to the reconnect timeout. Handles are kept by the
+// target in memory: a target restart ends them (reads and writes go on,
+// as they address the inode; an unlinked open file is gone).
+//
+// # Concurrency
+//
+// Client, FS and File methods are safe for concurrent use; a File's Read,
+// Write and Seek share its offset and run one at a time.
 //
 // # Libraries
 //
-// The standard library and capsule's nvmeof/host.
+// The standard library, capsule's nvmeof/host for the NVMe-oF host, and
+// the rdma providers it dials through (rdma/providers is linked in).
 package fs
