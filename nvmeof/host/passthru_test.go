@@ -11,6 +11,7 @@ import (
 
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/target"
+	"github.com/capsule-storage/capsule/rdma/fault"
 )
 
 // echoVendor is a VendorHandler for the passthrough tests:
@@ -133,4 +134,68 @@ func TestPassthru(t *testing.T) {
 		_, err = ns.WriteAt(b, 0)
 		require.NoError(t, err)
 	})
+}
+
+// gateVendor is echoVendor whose 80h commands with CDW11=1 wait for the
+// gate to open, so a test can have them in flight at a connection loss.
+type gateVendor struct {
+	echoVendor
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gateVendor) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
+	if c.Cmd.Opcode == 0x80 && c.Cmd.CDW11 == 1 {
+		g.entered <- struct{}{}
+		<-g.gate
+	}
+	return g.echoVendor.ExecuteVendor(c)
+}
+
+// TestPassthruAcrossLoss: after a loss, a command that was in flight is
+// sent again only if it is idempotent; one that is not fails with
+// ErrControllerLost (it may have run); one not yet sent waits and runs.
+func TestPassthruAcrossLoss(t *testing.T) {
+	url := listenURLs(true)[0]
+	rt := newTarget(t, url, 1<<20, 512, nil)
+	inj := fault.For(rt.addr)
+	g := &gateVendor{entered: make(chan struct{}, 2), gate: make(chan struct{})}
+	_, err := rt.sub.AddNamespace(target.NamespaceConfig{NSID: 2, Vendor: g})
+	require.NoError(t, err)
+	c := dialTarget(t, rt, WithSubsystem(targetNQN), WithReconnectDelay(10*time.Millisecond, 100*time.Millisecond))
+	ctx := context.Background()
+
+	results := make(chan error, 2)
+	idem := &Passthru{Cmd: nvmeof.Command{Opcode: 0x80, NSID: 2, CDW10: 1, CDW11: 1}, Idempotent: true}
+	once := &Passthru{Cmd: nvmeof.Command{Opcode: 0x80, NSID: 2, CDW10: 2, CDW11: 1}}
+	go func() { results <- c.Exec(ctx, idem) }()
+	go func() { results <- c.Exec(ctx, once) }()
+	<-g.entered
+	<-g.entered
+	inj.Cut()
+	close(g.gate)
+	waitFor(t, 10*time.Second, "the reconnect", func() bool { return c.Stats().Reconnects > 0 && c.State() == StateLive })
+	var lost, ok int
+	for range 2 {
+		if err := <-results; err != nil {
+			require.ErrorIs(t, err, ErrControllerLost)
+			lost++
+		} else {
+			ok++
+		}
+	}
+	require.Equal(t, 1, lost, "the command that is not idempotent fails")
+	require.Equal(t, 1, ok, "the idempotent one is sent again")
+	require.Equal(t, uint32(2), idem.CQE.DW0)
+
+	// Not idempotent, but not yet sent when the loss came: it waits.
+	inj.Refuse(true)
+	inj.Cut()
+	waitFor(t, 5*time.Second, "the loss to be noticed", func() bool { return c.State() == StateConnecting })
+	later := &Passthru{Cmd: nvmeof.Command{Opcode: 0x80, NSID: 2, CDW10: 9}}
+	go func() { results <- c.Exec(ctx, later) }()
+	time.Sleep(50 * time.Millisecond)
+	inj.Refuse(false)
+	require.NoError(t, <-results)
+	require.Equal(t, uint32(10), later.CQE.DW0)
 }
