@@ -25,6 +25,10 @@ import (
 //	    TCP round trip + 15 µs; shm ≤ 15 µs.
 //	R8  allocs/op of every host benchmark: 0.
 //
+// BenchmarkRandRead4KiB runs over NVMe/TCP (tcp://) too, and
+// BenchmarkSeqRead1MiB (tcp_bench_test.go) reads 1 MiB at a time over
+// every transport beside a memory copy and a raw loopback TCP stream.
+//
 // BenchmarkR3 and BenchmarkR4 interleave the phases in every iteration
 // and report the ratios directly; the sub-benchmarks of
 // BenchmarkRandRead4KiB and BenchmarkReadLatency4KiB measure one path each.
