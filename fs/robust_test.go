@@ -52,6 +52,8 @@ func TestBadInput(t *testing.T) {
 			want nvmeof.Status
 		}{
 			"unknown opcode": {&host.Passthru{Cmd: nvmeof.Command{Opcode: 0xfe}, Data: make([]byte, 64)}, nvmeof.StatusInvalidOpcode},
+			"reserved CDW13": {&host.Passthru{Cmd: nvmeof.Command{Opcode: proto.OpGetAttr, CDW10: 1, CDW13: 1}, Data: make([]byte, proto.AttrSize)}, nvmeof.StatusInvalidField},
+			"WRITE flags":    {&host.Passthru{Cmd: nvmeof.Command{Opcode: proto.OpWrite, CDW10: 1, CDW14: 2}, Data: []byte("x")}, nvmeof.StatusInvalidField},
 			"reserved CDW2":  {&host.Passthru{Cmd: nvmeof.Command{Opcode: proto.OpGetAttr, CDW10: 1, CDW2: 1}, Data: make([]byte, proto.AttrSize)}, nvmeof.StatusInvalidField},
 			"small reply":    {&host.Passthru{Cmd: nvmeof.Command{Opcode: proto.OpGetAttr, CDW10: 1}, Data: make([]byte, proto.AttrSize-1)}, nvmeof.StatusInvalidField},
 			"short SetAttr":  {&host.Passthru{Cmd: nvmeof.Command{Opcode: proto.OpSetAttr, CDW10: 1}, Payload: make([]byte, 39), Data: make([]byte, proto.AttrSize)}, nvmeof.StatusInvalidField},

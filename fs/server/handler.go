@@ -30,6 +30,40 @@ func minReply(op nvmeof.Opcode) int {
 	return 0
 }
 
+// Which of CDW10-11 (the inode), CDW12, CDW13, CDW14 and CDW15 each
+// operation uses (protocol.go's table); the others are reserved.
+const (
+	useIno = 1 << iota
+	use12
+	use13
+	use14
+	use15
+)
+
+var usedFields = map[nvmeof.Opcode]uint8{
+	proto.OpLookup: useIno, proto.OpGetAttr: useIno, proto.OpSetAttr: useIno,
+	proto.OpCreate: useIno | use12 | use13 | use14 | use15, proto.OpMkdir: useIno | use12 | use13 | use14,
+	proto.OpMknod: useIno | use12 | use13 | use14 | use15, proto.OpSymlink: useIno | use12 | use13 | use15,
+	proto.OpReadlink: useIno, proto.OpLink: useIno | use12 | use13, proto.OpUnlink: useIno, proto.OpRmdir: useIno,
+	proto.OpRename: useIno | use12 | use13 | use14 | use15, proto.OpOpen: useIno | use14,
+	proto.OpRelease: useIno | use12 | use13, proto.OpRead: useIno | use12 | use13 | use14,
+	proto.OpWrite: useIno | use12 | use13 | use14, proto.OpFsync: useIno | use14,
+	proto.OpReadDir: useIno | use12 | use13, proto.OpReadDirPlus: useIno | use12 | use13, proto.OpStatFS: 0,
+	proto.OpFallocate: useIno | use12 | use13 | use14, proto.OpGetXattr: useIno, proto.OpSetXattr: useIno | use14 | use15,
+	proto.OpListXattr: useIno, proto.OpRemoveXattr: useIno,
+}
+
+// reservedSet reports whether cmd sets a field its operation does not use.
+func reservedSet(cmd *nvmeof.Command) bool {
+	used := usedFields[cmd.Opcode]
+	check := func(bit uint8, v uint32) bool { return used&bit == 0 && v != 0 }
+	return check(useIno, cmd.CDW10|cmd.CDW11) || check(use12, cmd.CDW12) || check(use13, cmd.CDW13) ||
+		check(use14, cmd.CDW14) || check(use15, cmd.CDW15) ||
+		cmd.Opcode != proto.OpFallocate && cmd.CDW2|cmd.CDW3 != 0 ||
+		cmd.Opcode == proto.OpWrite && cmd.CDW14&^proto.WriteAppend != 0 ||
+		cmd.Opcode == proto.OpFsync && cmd.CDW14&^proto.FsyncData != 0
+}
+
 // PrepareVendor implements target.VendorHandler: the checks that make a
 // command well formed (protocol.go, "Completions and errors").
 func (s *Server) PrepareVendor(cmd *nvmeof.Command, dataLen, payloadLen int) nvmeof.Status {
@@ -37,7 +71,7 @@ func (s *Server) PrepareVendor(cmd *nvmeof.Command, dataLen, payloadLen int) nvm
 	if proto.OpName(op) == "" {
 		return nvmeof.StatusInvalidOpcode
 	}
-	if cmd.CDW2|cmd.CDW3 != 0 && op != proto.OpFallocate {
+	if reservedSet(cmd) {
 		return nvmeof.StatusInvalidField
 	}
 	if dataLen < minReply(op) {
