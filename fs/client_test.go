@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -284,5 +285,68 @@ func TestReadDirPaging(t *testing.T) {
 			return len(rest) < 10
 		}))
 		require.Equal(t, want[1001:1011], rest)
+	})
+}
+
+func TestSpecialFilesAndAllocation(t *testing.T) {
+	forEachTransport(t, server.Options{}, func(t *testing.T, tt *fstest.Target, c *capfs.Client) {
+		ctx := context.Background()
+		p, err := c.Mknod(ctx, capfs.RootIno, "pipe", syscall.S_IFIFO|0o600, 0, uid, gid)
+		require.NoError(t, err)
+		require.Equal(t, uint32(syscall.S_IFIFO|0o600), p.Mode)
+		_, err = c.Mknod(ctx, capfs.RootIno, "dev", syscall.S_IFBLK|0o600, 0x801, uid, gid)
+		requireErrno(t, syscall.EPERM, err)
+		r, err := c.Mknod(ctx, capfs.RootIno, "reg", syscall.S_IFREG|0o600, 0, uid, gid)
+		require.NoError(t, err)
+
+		// Allocate grows the file, KEEP_SIZE does not; both read as zeros.
+		require.NoError(t, c.Fallocate(ctx, r.Ino, 0, 0, 0, 100_000))
+		a, err := c.GetAttr(ctx, r.Ino)
+		require.NoError(t, err)
+		require.Equal(t, uint64(100_000), a.Size)
+		require.NoError(t, c.Fallocate(ctx, r.Ino, 0, 1 /* KEEP_SIZE */, 0, 1<<20))
+		a, _ = c.GetAttr(ctx, r.Ino)
+		require.Equal(t, uint64(100_000), a.Size)
+		buf := make([]byte, 100_000)
+		n, err := c.Read(ctx, r.Ino, 0, buf, 0)
+		require.NoError(t, err)
+		require.Equal(t, 100_000, n)
+		require.Equal(t, make([]byte, 100_000), buf)
+		requireErrno(t, syscall.EOPNOTSUPP, c.Fallocate(ctx, r.Ino, 0, 2 /* PUNCH_HOLE without KEEP_SIZE */, 0, 10))
+		requireErrno(t, syscall.EINVAL, c.Fallocate(ctx, r.Ino, 0, 0, -1, 10))
+	})
+}
+
+// TestConcurrentWriters writes different files from several goroutines
+// at once, through one client, in pieces that cross blocks.
+func TestConcurrentWriters(t *testing.T) {
+	forEachTransport(t, server.Options{}, func(t *testing.T, tt *fstest.Target, c *capfs.Client) {
+		f := c.FS()
+		const writers = 6
+		want := make([][]byte, writers)
+		errs := make(chan error, writers)
+		for i := range writers {
+			want[i] = randBytes(rand.New(rand.NewPCG(uint64(i), 9)), 700_000+i*1000)
+			go func() {
+				fl, err := f.Create(fmt.Sprintf("w%d", i))
+				if err == nil {
+					for off := 0; off < len(want[i]) && err == nil; off += 50_001 {
+						_, err = fl.Write(want[i][off:min(off+50_001, len(want[i]))])
+					}
+					if cerr := fl.Close(); err == nil {
+						err = cerr
+					}
+				}
+				errs <- err
+			}()
+		}
+		for range writers {
+			require.NoError(t, <-errs)
+		}
+		for i := range writers {
+			got, err := f.ReadFile(fmt.Sprintf("w%d", i))
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(want[i], got), "file %d", i)
+		}
 	})
 }
