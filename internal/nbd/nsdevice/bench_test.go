@@ -14,9 +14,9 @@ import (
 	"github.com/capsule-storage/capsule/internal/nbd"
 )
 
-// BenchmarkBridge runs 4 KiB random reads and writes at QD32 from one
-// NBD connection through the server, the host library and a target in
-// this process, over shm and iwarp. allocs/op counts the whole process
+// BenchmarkBridge runs 4 KiB random reads and writes at QD32, and 1 MiB
+// reads at QD8, from one NBD connection through the server, the host
+// library and a target in this process, over shm and iwarp. allocs/op counts the whole process
 // per request (client, bridge, host and target): the bridge's share is
 // none in steady state.
 func BenchmarkBridge(b *testing.B) {
@@ -31,6 +31,14 @@ func BenchmarkBridge(b *testing.B) {
 				runQD(b, addr, op, 4096, 32)
 			})
 		}
+		b.Run(tr+"/read-1MiB-QD8", func(b *testing.B) {
+			url := "iwarp://127.0.0.1:0"
+			if tr == "shm" {
+				url = shmURL()
+			}
+			addr, _, _, _ := bridgeAt(b, url)
+			runQD(b, addr, nbd.CmdRead, 1<<20, 8)
+		})
 	}
 }
 
