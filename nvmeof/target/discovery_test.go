@@ -41,7 +41,7 @@ func TestDiscoveryEntry(t *testing.T) {
 				CMS: nvmeof.RDMACMSRDMACM}, e.RDMA())
 		})
 	}
-	for _, bad := range []string{"iwarp://nohost", "tcp://127.0.0.1:4420", "nourl", "iwarp://1.2.3.4:99999"} {
+	for _, bad := range []string{"iwarp://nohost", "udp://127.0.0.1:4420", "nourl", "iwarp://1.2.3.4:99999", "tcp://127.0.0.1:port"} {
 		_, err := discoveryEntry(bad, 1)
 		assert.Error(t, err, bad)
 	}

@@ -202,8 +202,8 @@ func TestConfiguration(t *testing.T) {
 	assert.ErrorIs(t, err, ErrNoNamespace)
 	assert.Nil(t, sub.Namespace(3))
 
-	_, err = tg.Listen(context.Background(), "tcp://127.0.0.1:0")
-	assert.Error(t, err)
+	_, err = tg.Listen(context.Background(), "udp://127.0.0.1:0")
+	assert.Error(t, err, "no binding for udp")
 	url, err := tg.Listen(context.Background(), transports()["shm"]())
 	require.NoError(t, err)
 	_, err = tg.Listen(context.Background(), url)

@@ -1,0 +1,48 @@
+package netfault
+
+import (
+	"io"
+	"net"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCut(t *testing.T) {
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	url := "fault+tcp://" + ln.Addr().String()
+	Register(url, ln.Injector())
+	defer Unregister(url)
+	require.Same(t, ln.Injector(), For(url))
+
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for range 2 {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var clients []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	<-accepted
+	<-accepted
+	For(url).Cut()
+	assert.Equal(t, 1, For(url).Cuts())
+	for _, c := range clients {
+		_, err := c.Read(make([]byte, 1))
+		assert.ErrorIs(t, err, io.EOF, "the cut closed the accepted end")
+	}
+	Unregister(url)
+	assert.Nil(t, For(url))
+}
