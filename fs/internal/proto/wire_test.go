@@ -209,3 +209,56 @@ func TestOpcodeDirections(t *testing.T) {
 	}
 	assert.Empty(t, OpName(0x80))
 }
+
+// TestCommandLayout spells out two commands as they travel: a READ (all
+// arguments in CDW10-15) and a RENAME (two names, the first's length in
+// CDW15).
+func TestCommandLayout(t *testing.T) {
+	read := nvmeof.Command{Opcode: OpRead, CID: 0x1234, NSID: 2, CDW14: 4096}
+	SetArgs(&read, 0x1_0000_0007, 5<<30)
+	read.DPTR, _ = nvmeof.KeyedSGL{Address: 0x7f0000001000, Length: 4096, Key: 0xabcd}.Descriptor()
+	read.SetPSDT(nvmeof.PSDTSGLBuffer)
+	b, err := read.MarshalBinary()
+	require.NoError(t, err)
+	assert.Equal(t, hextest.Decode(t, `
+		ba               // opcode READ: vendor specific, 10b controller to host
+		40               // PSDT 01b: SGLs
+		3412             // CID
+		02000000         // NSID: the file namespace
+		00000000 00000000 // CDW2, CDW3: reserved
+		0000000000000000 // MPTR
+		0010000000 7f0000 // SGL1: address 7f0000001000
+		001000           //   length 4096
+		cdab0000         //   key
+		40               //   Keyed SGL Data Block
+		07000000 01000000 // CDW10-11: inode 0x100000007
+		00000040 01000000 // CDW12-13: offset 5 GiB
+		00100000         // CDW14: length 4096
+		00000000         // CDW15: reserved
+	`), b)
+	assert.Equal(t, uint64(0x1_0000_0007), Arg0(&read))
+	assert.Equal(t, uint64(5<<30), Arg1(&read))
+
+	payload, cdw15 := AppendPair(nil, "a", "bc")
+	ren := nvmeof.Command{Opcode: OpRename, NSID: 2, CDW14: RenameNoRepl, CDW15: cdw15}
+	SetArgs(&ren, 1, 9)
+	ren.DPTR = nvmeof.InCapsuleSGL{Length: uint32(len(payload))}.Descriptor()
+	b, err = ren.MarshalBinary()
+	require.NoError(t, err)
+	assert.Equal(t, hextest.Decode(t, `
+		ad               // opcode RENAME: 01b host to controller
+		00 0000          // flags, CID
+		02000000         // NSID
+		00000000 00000000 // CDW2, CDW3
+		0000000000000000 // MPTR
+		0000000000000000 // SGL1: offset 0 in the capsule
+		03000000         //   length 3: "a" then "bc"
+		000000           //   reserved
+		01               //   Data Block, offset subtype
+		01000000 00000000 // CDW10-11: the directory (the root)
+		09000000 00000000 // CDW12-13: the new directory
+		01000000         // CDW14: RENAME_NOREPLACE
+		01000000         // CDW15: the first name is 1 byte
+	`), b)
+	assert.Equal(t, []byte("abc"), payload)
+}
