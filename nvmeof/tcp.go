@@ -360,8 +360,10 @@ type TCPLayout struct {
 //   - a PDO other than the header length padded to PDA (0 without
 //     data): at PDO (3);
 //   - a PLEN other than the type's fixed length, data where the type has
-//     none, a data PDU without data, or more data than the limit for the
-//     type: at PLEN (4).
+//     none, a data PDU without data, or more in-capsule data or C2HData
+//     than the limit: at PLEN (4);
+//   - an H2CData carrying more than MAXH2CDATA: Data Transfer Limit
+//     Exceeded (FEI 0).
 //
 // Check does not allocate unless it refuses.
 func (r *TCPReceiver) Check(h TCPHeader) (TCPLayout, *TCPFatalError) {
@@ -457,6 +459,9 @@ func (r *TCPReceiver) Check(h TCPHeader) (TCPLayout, *TCPFatalError) {
 		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetPLEN, fmt.Sprintf("PLEN %d of a %v leaves no data", h.PLEN, h.Type))
 	}
 	n := h.PLEN - uint32(pdo+tail)
+	if n > uint32(limit) && h.Type == TCPPDUH2CData {
+		return l, fatal(TCPFESDataLimitExceeded, 0, fmt.Sprintf("H2CData of %d bytes, MAXH2CDATA %d", n, limit))
+	}
 	if n > uint32(limit) {
 		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetPLEN, fmt.Sprintf("PLEN %d: %d bytes of data in a %v, at most %d", h.PLEN, n, h.Type, limit))
 	}

@@ -145,7 +145,8 @@
 //     for a bad type, HLEN, FLAGS, PDO or PLEN, DATAL, or a CCCID/TTAG
 //     with no R2T outstanding; PDU Sequence Error for anything before the
 //     ICReq or a second ICReq; Header Digest Error; Data Transfer Out of
-//     Range for data past the R2T or out of order; Unsupported Parameter
+//     Range for data past the R2T or out of order; Data Transfer Limit
+//     Exceeded for an H2CData above MAXH2CDATA; Unsupported Parameter
 //     for a PFV, HPDA or DGST the target does not take. An H2CTermReq
 //     from the host closes the connection.
 //   - A data digest error is not fatal: the command completes with

@@ -352,6 +352,18 @@ func TestTCPHostilePeers(t *testing.T) {
 		x.expectTerm(nvmeof.TCPFESInvalidHeaderField, nvmeof.TCPOffsetPLEN)
 		check()
 	})
+	t.Run("H2CData beyond MAXH2CDATA", func(t *testing.T) {
+		x := dialTCP(t, tt.url, 0)
+		x.write(hextest.Decode(t, `
+			06          # H2CData
+			04          # FLAGS: LAST_PDU
+			18          # HLEN 24
+			18          # PDO 24
+			18000400    # PLEN 24 + 256 KiB: twice MAXH2CDATA
+		`))
+		x.expectTerm(nvmeof.TCPFESDataLimitExceeded, 0)
+		check()
+	})
 	t.Run("PDO not matching CPDA", func(t *testing.T) {
 		x := dialTCP(t, tt.url, 0)
 		x.write(hextest.Decode(t, `
