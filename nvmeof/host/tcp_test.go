@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/capsule-storage/capsule/internal/hextest"
 	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/nvmeof/blockdev"
+	"github.com/capsule-storage/capsule/nvmeof/target"
 )
 
 // TestTCPDigestsStress runs the data-integrity stress over NVMe/TCP with
@@ -29,6 +32,32 @@ func TestTCPDigestsStress(t *testing.T) {
 	s.verify()
 	t.Log(s.report())
 	assert.Zero(t, c.Stats().Losses)
+}
+
+// TestTCPFileNamespaceStress runs the stress on a file-backed namespace,
+// whose commands the target runs on its workers: their responses are
+// written by the workers, beside those the queue's own goroutine batches.
+func TestTCPFileNamespaceStress(t *testing.T) {
+	tgt, err := target.New(target.WithLogger(testLogger(t)))
+	require.NoError(t, err)
+	t.Cleanup(func() { tgt.Close() })
+	sub, err := tgt.AddSubsystem(target.SubsystemConfig{NQN: targetNQN, AllowAnyHost: true})
+	require.NoError(t, err)
+	dev, err := blockdev.OpenFile(filepath.Join(t.TempDir(), "ns.img"), 16<<20)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(target.NamespaceConfig{NSID: 1, Device: dev, BlockSize: 4096})
+	require.NoError(t, err)
+	addr, err := tgt.Listen(context.Background(), "tcp://127.0.0.1:0")
+	require.NoError(t, err)
+	c := dialTarget(t, &realTarget{tgt: tgt, sub: sub, addr: addr}, WithQueues(queuesFor(addr, 2)), WithQueueDepth(32))
+	ns, err := c.Namespace(1)
+	require.NoError(t, err)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	s := newStress(t, ns, seed, stressRequests(5000), 256<<10)
+	s.run(32)
+	s.verify()
+	t.Log(s.report())
 }
 
 // TestTCPDigestsAllocateNothing checks R8 with digests on: computing and
