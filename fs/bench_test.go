@@ -65,3 +65,48 @@ func BenchmarkRead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMetadata creates, stats and unlinks files through the client
+// over shm: one round trip each, and for create and unlink one bbolt
+// commit (an fsync of the metadata file: on a disk it dominates).
+func BenchmarkMetadata(b *testing.B) {
+	url := fstest.URLs()[1]
+	tt := fstest.Start(b, url, server.Options{})
+	c := dial(b, tt)
+	ctx := context.Background()
+	b.Run("create", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			_, err := c.Mknod(ctx, capfs.RootIno, fmt.Sprintf("c%d", i), syscall.S_IFREG|0o644, 0, uid, gid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("stat", func(b *testing.B) {
+		if _, err := c.Mknod(ctx, capfs.RootIno, "s", syscall.S_IFREG|0o644, 0, uid, gid); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := c.Lookup(ctx, capfs.RootIno, "s"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("unlink", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			name := fmt.Sprintf("u%d", i)
+			b.StopTimer()
+			if _, err := c.Mknod(ctx, capfs.RootIno, name, syscall.S_IFREG|0o644, 0, uid, gid); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			if err := c.Unlink(ctx, capfs.RootIno, name); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
