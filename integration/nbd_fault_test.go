@@ -207,8 +207,8 @@ func TestNBDConnectionCut(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := host.Dial(ctx, "fault+"+url, host.WithSubsystem(nbdNQN), host.WithQueues(4),
-		host.WithReconnectDelay(20*time.Millisecond, 200*time.Millisecond), host.WithMaxRetries(1000))
+	c, err := host.Dial(ctx, "fault+"+url, append(nsdevice.DialOptions(), host.WithSubsystem(nbdNQN),
+		host.WithReconnectDelay(20*time.Millisecond, 200*time.Millisecond), host.WithMaxRetries(1000))...)
 	require.NoError(t, err)
 	defer c.Close()
 	ns, err := c.Namespace(1)

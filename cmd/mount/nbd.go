@@ -17,19 +17,6 @@ import (
 	_ "github.com/capsule-storage/capsule/rdma/providers" // iwarp://, shm://, rdma://, fault+…
 )
 
-// The bridge's host settings. NBD connection i runs on I/O queue i
-// modulo the queues granted (nbdQueues asked for). Each queue keeps
-// nbdBuffers registered buffers of nbdMaxTransfer bytes (lowered to the
-// controller's MDTS) for data that does not fit a command slot, so one
-// connection can have nbdBuffers large commands in flight: 8 MiB, four
-// 1 MiB requests split into 256 KiB commands, on a target with the
-// default MDTS. 4 KiB requests use the slots' own areas.
-const (
-	nbdQueues      = 4
-	nbdMaxTransfer = 256 << 10
-	nbdBuffers     = 32
-)
-
 // nbdDrainTimeout bounds how long SIGINT/SIGTERM waits for the requests
 // in flight to be answered.
 const nbdDrainTimeout = 30 * time.Second
@@ -40,14 +27,12 @@ const nbdDrainTimeout = 30 * time.Second
 func runNBD(c *cli.Context) error {
 	ctx := c.Context
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	opts := []host.Option{
+	// Queues, depth and buffers as nsdevice explains them.
+	opts := append(nsdevice.DialOptions(),
 		host.WithSubsystem(c.String("nqn")),
 		host.WithCtrlLossTimeout(c.Duration("reconnect-timeout")),
-		host.WithQueues(nbdQueues),
-		host.WithMaxTransfer(nbdMaxTransfer),
-		host.WithBuffers(nbdBuffers),
 		host.WithLogger(log),
-	}
+	)
 	if n := c.String("hostnqn"); n != "" {
 		opts = append(opts, host.WithHostNQN(n))
 	}

@@ -31,7 +31,7 @@ import (
 const nqn = "nqn.2026-11.io.capsule:nsdevice-test"
 
 // bridge starts a target with a memory namespace in this process, a
-// host connected to it over iwarp with two I/O queues, and an NBD server
+// host connected to it over iwarp as a bridge dials (DialOptions), and an NBD server
 // of the namespace on loopback; it returns the NBD address and the
 // target's device.
 func bridge(t *testing.T) (string, *blockdev.Memory) {
@@ -59,17 +59,17 @@ func bridgeAt(t testing.TB, url string) (string, *blockdev.Memory, *host.Control
 	// sockets, not of shared memory.
 	addr, err := tgt.Listen(ctx, url)
 	require.NoError(t, err)
-	c, err := host.Dial(ctx, addr, host.WithSubsystem(nqn), host.WithQueues(2), host.WithQueueDepth(16),
-		host.WithReconnectDelay(10*time.Millisecond, 100*time.Millisecond))
+	c, err := host.Dial(ctx, addr, append(DialOptions(), host.WithSubsystem(nqn),
+		host.WithReconnectDelay(10*time.Millisecond, 100*time.Millisecond))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	ns, err := c.Namespace(1)
 	require.NoError(t, err)
-	exp, err := Export(ns, "ns1", "test namespace", 16)
+	exp, err := Export(ns, "ns1", "test namespace", nbd.DefaultSlots)
 	require.NoError(t, err)
 	assert.Equal(t, uint32(512), exp.MinBlock)
 	assert.True(t, exp.MultiConn)
-	s := &nbd.Server{Exports: []nbd.Export{exp}, Slots: 16}
+	s := &nbd.Server{Exports: []nbd.Export{exp}, Slots: nbd.DefaultSlots}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	served := make(chan error, 1)
