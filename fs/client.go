@@ -13,7 +13,7 @@ import (
 	"github.com/capsule-storage/capsule/fs/internal/proto"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/host"
-	// Dial takes iwarp://, shm:// (and rdma:// where built) URLs.
+	// Dial takes tcp://, iwarp://, shm:// (and rdma:// where built) URLs.
 	_ "github.com/capsule-storage/capsule/rdma/providers"
 )
 
@@ -47,7 +47,8 @@ type Client struct {
 	calls sync.Pool // *host.Passthru
 }
 
-// Dial connects to the target at url (iwarp://host:port, shm://name)
+// Dial connects to the target at url (tcp://host:port, iwarp://host:port,
+// shm://name)
 // and finds its file namespace.
 func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	cfg := config{reconnectTimeout: DefaultReconnectTimeout, logger: slog.Default()}

@@ -1,5 +1,6 @@
 // Package fs is capsule's Go file client: a library that talks to the
-// file namespace of a capsule target over NVMe-oF (iwarp://, shm://),
+// file namespace of a capsule target over NVMe-oF (tcp://, iwarp://,
+// shm://),
 // each file operation one vendor-specific I/O command on the same queues
 // as block I/O (the protocol is specified in
 // fs/internal/proto/protocol.go; the target side is fs/server).

@@ -35,10 +35,10 @@ type Target struct {
 
 var shmSeq atomic.Int64
 
-// URLs are the listen addresses tests run on: iwarp on a free loopback
-// port and a fresh shm name.
+// URLs are the listen addresses tests run on: iwarp and NVMe/TCP on free
+// loopback ports and a fresh shm name.
 func URLs() []string {
-	return []string{"iwarp://127.0.0.1:0", fmt.Sprintf("shm://fs-test-%d-%d", os.Getpid(), shmSeq.Add(1))}
+	return []string{"iwarp://127.0.0.1:0", fmt.Sprintf("shm://fs-test-%d-%d", os.Getpid(), shmSeq.Add(1)), "tcp://127.0.0.1:0"}
 }
 
 // Scheme names a URL's provider, for subtest names.
