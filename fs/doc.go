@@ -1,8 +1,7 @@
 // Package fs is capsule's Go file client: a library that talks to the
 // file namespace of a capsule target over NVMe-oF (tcp://, iwarp://,
-// shm://),
-// each file operation one vendor-specific I/O command on the same queues
-// as block I/O (the protocol is specified in
+// shm://), each file operation one vendor-specific I/O command on the
+// same queues as block I/O (the protocol is specified in
 // fs/internal/proto/protocol.go; the target side is fs/server).
 //
 //	import capfs "github.com/capsule-storage/capsule/fs"
@@ -35,7 +34,9 @@
 // attributes, directory pages, xattr values and read data come back
 // through a keyed SGL: the target RDMA-Writes them into the host
 // library's registered buffers. Write data goes in the capsule when it
-// fits the in-capsule size, else the target RDMA-Reads it. The host
+// fits the in-capsule size, else the target RDMA-Reads it (over NVMe/TCP
+// the same bytes travel in C2HData PDUs, and in H2CData PDUs after an
+// R2T). The host
 // library copies between its registered buffers and the caller's memory
 // (nvmeof/host: the caller's memory is never registered).
 //
