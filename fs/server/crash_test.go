@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -21,10 +23,14 @@ import (
 // reads whole), no chunk is left that no file owns and no space leaks
 // (checkInvariants), files that were not touched after the last sync
 // read exactly as then, and the file system keeps working.
+// CAPFS_CRASH_SEEDS=N runs N seeds.
 func TestCrash(t *testing.T) {
 	n := 24
 	if testing.Short() {
 		n = 6
+	}
+	if os.Getenv("CAPFS_CRASH_SEEDS") != "" {
+		n, _ = strconv.Atoi(os.Getenv("CAPFS_CRASH_SEEDS"))
 	}
 	for seed := range n {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runCrash(t, uint64(seed)) })

@@ -123,6 +123,10 @@
 //     like the data: losing it loses the namespace.
 //   - Capacity is a configured figure, not the devices' free space; the
 //     chunkstore's ENOSPC still applies.
+//   - Every metadata change is a bbolt commit, fsynced: on a disk, creates,
+//     unlinks and renames run at the device's fsync rate (a few hundred
+//     per second); on tmpfs or a fast SSD they are far quicker. Reads of
+//     metadata (LOOKUP, GETATTR, READDIR) take no lock but bbolt's.
 //
 // # Libraries
 //
