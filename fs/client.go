@@ -31,12 +31,10 @@ type Client struct {
 	cfg      config
 	log      *slog.Logger
 	hostOpts []host.Option
-	nsid     uint32
-	// maxTransfer and icd are what one command carries: data through
-	// SGL1, and request bytes in the capsule.
-	maxTransfer int
-	icd         int
-	uid, gid    uint32
+	uid, gid uint32
+	// lim is what the current controller takes; replaced when the client
+	// dials again.
+	lim atomic.Pointer[limits]
 
 	ctrl atomic.Pointer[host.Controller]
 	// redial serializes replacing a controller the host library gave up
@@ -86,33 +84,43 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// limits are what one command to the current controller carries, and
+// where the file namespace is.
+type limits struct {
+	nsid        uint32
+	maxTransfer int // data through SGL1
+	icd         int // request bytes in the capsule
+}
+
 // adopt reads a new controller's limits and finds the file namespace.
 func (c *Client) adopt(ctx context.Context, ctrl *host.Controller) error {
 	info, err := ctrl.Info()
 	if err != nil {
 		return fmt.Errorf("capfs: %w: %w", syscall.EIO, err)
 	}
-	c.maxTransfer, c.icd = info.MaxTransfer, info.InCapsule
-	if c.icd < proto.MaxName+proto.SetAttrSize {
-		return fmt.Errorf("capfs: the controller takes %d bytes of in-capsule data, too few for file operations: %w", c.icd, syscall.EPROTO)
+	lim := &limits{maxTransfer: info.MaxTransfer, icd: info.InCapsule, nsid: c.cfg.nsid}
+	if lim.icd < proto.MaxName+proto.SetAttrSize {
+		return fmt.Errorf("capfs: the controller takes %d bytes of in-capsule data, too few for file operations: %w", lim.icd, syscall.EPROTO)
 	}
-	if c.cfg.nsid != 0 {
-		c.nsid = c.cfg.nsid
-		return nil
-	}
-	ids, err := ctrl.Namespaces(ctx)
-	if err != nil {
-		return fmt.Errorf("capfs: %w: %w", syscall.EIO, err)
-	}
-	buf := make([]byte, proto.StatFSSize)
-	for _, id := range ids {
-		p := &host.Passthru{Cmd: nvmeof.Command{Opcode: proto.OpStatFS, NSID: id}, Data: buf, Idempotent: true}
-		if ctrl.Exec(ctx, p) == nil && p.CQE.DW0 == 0 {
-			c.nsid = id
-			return nil
+	if lim.nsid == 0 {
+		ids, err := ctrl.Namespaces(ctx)
+		if err != nil {
+			return fmt.Errorf("capfs: %w: %w", syscall.EIO, err)
+		}
+		buf := make([]byte, proto.StatFSSize)
+		for _, id := range ids {
+			p := &host.Passthru{Cmd: nvmeof.Command{Opcode: proto.OpStatFS, NSID: id}, Data: buf, Idempotent: true}
+			if ctrl.Exec(ctx, p) == nil && p.CQE.DW0 == 0 {
+				lim.nsid = id
+				break
+			}
+		}
+		if lim.nsid == 0 {
+			return fmt.Errorf("capfs: %s has no file namespace: %w", ctrl.SubsystemNQN(), syscall.ENODEV)
 		}
 	}
-	return fmt.Errorf("capfs: %s has no file namespace: %w", ctrl.SubsystemNQN(), syscall.ENODEV)
+	c.lim.Store(lim)
+	return nil
 }
 
 // Close ends the connection. Operations in flight fail.
@@ -198,7 +206,7 @@ func (c *Client) do(ctx context.Context, k *call) error {
 		p = new(host.Passthru)
 	}
 	defer c.calls.Put(p)
-	p.Cmd = nvmeof.Command{Opcode: k.op, NSID: c.nsid, CDW2: k.cdw2, CDW3: k.cdw3, CDW14: k.cdw14, CDW15: k.cdw15}
+	p.Cmd = nvmeof.Command{Opcode: k.op, NSID: c.lim.Load().nsid, CDW2: k.cdw2, CDW3: k.cdw3, CDW14: k.cdw14, CDW15: k.cdw15}
 	proto.SetArgs(&p.Cmd, k.a0, k.a1)
 	p.Payload, p.Data = nil, nil
 	switch k.op.Direction() {
@@ -384,7 +392,7 @@ func (c *Client) Symlink(ctx context.Context, parent Ino, name, target string, u
 	if len(target) > proto.MaxSymlink {
 		return Attr{}, syscall.ENAMETOOLONG
 	}
-	if len(name)+len(target) > c.icd {
+	if len(name)+len(target) > c.lim.Load().icd {
 		return Attr{}, syscall.ENAMETOOLONG
 	}
 	in, cdw15 := proto.AppendPair(nil, name, target)
@@ -471,7 +479,7 @@ func (c *Client) Read(ctx context.Context, ino Ino, h Handle, p []byte, off int6
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
-	mt := c.maxTransfer
+	mt := c.lim.Load().maxTransfer
 	if len(p) <= mt {
 		return c.readOne(ctx, ino, p, off)
 	}
@@ -525,7 +533,7 @@ func (c *Client) write(ctx context.Context, ino Ino, p []byte, off int64, append
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
-	mt := c.maxTransfer
+	mt := c.lim.Load().maxTransfer
 	if len(p) <= mt || appending {
 		total := 0
 		for total < len(p) {
@@ -598,7 +606,7 @@ func (c *Client) ReadDir(ctx context.Context, ino Ino, cookie uint64, plus bool,
 	if plus {
 		op = proto.OpReadDirPlus
 	}
-	buf := make([]byte, min(readDirBuffer, c.maxTransfer))
+	buf := make([]byte, min(readDirBuffer, c.lim.Load().maxTransfer))
 	for {
 		k := &call{op: op, a0: uint64(ino), a1: cookie, out: buf, idem: true}
 		if err := c.do(ctx, k); err != nil {
@@ -663,7 +671,7 @@ func (c *Client) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, er
 	if err := checkXattrName(name); err != nil {
 		return nil, err
 	}
-	buf := make([]byte, min(proto.MaxXattrValue, c.maxTransfer))
+	buf := make([]byte, min(proto.MaxXattrValue, c.lim.Load().maxTransfer))
 	k := &call{op: proto.OpGetXattr, a0: uint64(ino), in: []byte(name), out: buf, idem: true}
 	if err := c.do(ctx, k); err != nil {
 		return nil, err
@@ -676,7 +684,7 @@ func (c *Client) SetXattr(ctx context.Context, ino Ino, name string, value []byt
 	if err := checkXattrName(name); err != nil {
 		return err
 	}
-	if len(value) > proto.MaxXattrValue || len(name)+len(value) > c.maxTransfer {
+	if len(value) > proto.MaxXattrValue || len(name)+len(value) > c.lim.Load().maxTransfer {
 		return syscall.E2BIG
 	}
 	in, cdw15 := proto.AppendPair(make([]byte, 0, len(name)+len(value)), name, string(value))
@@ -685,7 +693,7 @@ func (c *Client) SetXattr(ctx context.Context, ino Ino, name string, value []byt
 
 // ListXattr lists the extended attributes' names.
 func (c *Client) ListXattr(ctx context.Context, ino Ino) ([]string, error) {
-	buf := make([]byte, min(proto.MaxXattrValue, c.maxTransfer))
+	buf := make([]byte, min(proto.MaxXattrValue, c.lim.Load().maxTransfer))
 	k := &call{op: proto.OpListXattr, a0: uint64(ino), out: buf, idem: true}
 	if err := c.do(ctx, k); err != nil {
 		return nil, err
