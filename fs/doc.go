@@ -67,7 +67,10 @@
 // changes, listings, release); the others (create, mkdir, unlink, rename,
 // link, append, setxattr with flags) fail with EIO, since they may or may
 // not have run. Once the host library has given up, the next operation
-// dials again, for up to the reconnect timeout. Handles are kept by the
+// dials again, for up to the reconnect timeout. A target that stops
+// answering without dropping the connection is noticed by the host
+// library's keep-alive (within 3×KATO, 15 s by default) or I/O timeout
+// (30 s); the reconnect timeout runs from then. Handles are kept by the
 // target in memory: a target restart ends them (reads and writes go on,
 // as they address the inode; an unlinked open file is gone).
 //
