@@ -110,3 +110,25 @@ func BenchmarkMetadata(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkWrite writes 1 MiB sequentially through the client over shm
+// (each write four commands in parallel, each one block of the default
+// 256 KiB and one metadata commit).
+func BenchmarkWrite(b *testing.B) {
+	tt := fstest.Start(b, fstest.URLs()[1], server.Options{})
+	c := dial(b, tt)
+	ctx := context.Background()
+	a, h, err := c.Create(ctx, capfs.RootIno, "bench", 0o644, uid, gid, syscall.O_RDWR)
+	require.NoError(b, err)
+	buf := make([]byte, 1<<20)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	off := int64(0)
+	for b.Loop() {
+		if _, err := c.Write(ctx, a.Ino, h, buf, off); err != nil {
+			b.Fatal(err)
+		}
+		off = (off + int64(len(buf))) % (256 << 20)
+	}
+	require.NoError(b, c.Release(ctx, a.Ino, h))
+}

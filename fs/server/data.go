@@ -204,7 +204,7 @@ func (s *Server) write(ino uint64, off int64, data []byte, appending bool) (int,
 		if s.used.Load()+newSize-size > s.opt.Capacity {
 			return 0, syscall.ENOSPC
 		}
-		err := s.db.Update(func(tx *bolt.Tx) error {
+		err := s.update(func(tx *bolt.Tx) error {
 			n, err := getInode(tx, ino)
 			if err != nil {
 				return err
@@ -232,7 +232,7 @@ func (s *Server) write(ino uint64, off int64, data []byte, appending bool) (int,
 			return 0, err
 		}
 		// The spilled data is now block 0; make the metadata say so.
-		if err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := s.update(func(tx *bolt.Tx) error {
 			m, err := getInode(tx, ino)
 			if err != nil {
 				return err
@@ -285,7 +285,7 @@ func (s *Server) write(ino uint64, off int64, data []byte, appending bool) (int,
 // commitChunks records a data change: chunks added, the new size, the
 // modification time. An inode deleted meanwhile gets its chunks deleted.
 func (s *Server) commitChunks(ino uint64, added, newSize, now int64) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -352,7 +352,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 			if s.used.Load()+newSize-size > s.opt.Capacity {
 				return syscall.ENOSPC
 			}
-			return s.db.Update(func(tx *bolt.Tx) error {
+			err := s.update(func(tx *bolt.Tx) error {
 				m, err := getInode(tx, ino)
 				if err != nil {
 					return err
@@ -364,9 +364,12 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 				if err := tx.Bucket(bucketData).Put(inoKey(ino), buf); err != nil {
 					return err
 				}
-				s.used.Add(newSize - size)
 				return putInode(tx, ino, m)
 			})
+			if err == nil {
+				s.used.Add(newSize - size)
+			}
+			return err
 		}
 		var data []byte
 		if err := s.db.View(func(tx *bolt.Tx) error {
@@ -379,7 +382,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 		if err := s.spill(ino, data, &added); err != nil {
 			return err
 		}
-		err := s.db.Update(func(tx *bolt.Tx) error {
+		err := s.update(func(tx *bolt.Tx) error {
 			m, err := getInode(tx, ino)
 			if err != nil {
 				return err
@@ -402,7 +405,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 			return err
 		}
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		m, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -419,7 +422,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 	if dropped == 0 {
 		return nil
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		m, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -452,7 +455,7 @@ func (s *Server) setAttr(ino uint64, in *proto.SetAttr) (a proto.Attr, err error
 			return a, err
 		}
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -518,9 +521,12 @@ func (s *Server) openIno(ino uint64, flags uint32) (uint64, proto.Attr, error) {
 			return 0, proto.Attr{}, err
 		}
 	}
-	var h uint64
+	// The handle counts from inside the transaction, so that an unlink
+	// committed after it sees the file open; a grouped commit may run the
+	// function again, and registering h twice is registering it once.
+	h := s.allocHandle()
 	var a proto.Attr
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -528,10 +534,13 @@ func (s *Server) openIno(ino uint64, flags uint32) (uint64, proto.Attr, error) {
 		if n.Nlink == 0 && tx.Bucket(bucketOrphans).Get(inoKey(ino)) == nil {
 			return syscall.ENOENT
 		}
-		h = s.newHandle(ino)
+		s.registerHandle(h, ino)
 		a = s.attrOf(ino, n)
 		return nil
 	})
+	if err != nil {
+		s.dropHandle(h)
+	}
 	return h, a, err
 }
 
@@ -599,7 +608,7 @@ func (s *Server) fallocate(ino uint64, mode uint32, off, length int64) error {
 		return nil
 	}
 	if n.inline() {
-		return s.db.Update(func(tx *bolt.Tx) error {
+		return s.update(func(tx *bolt.Tx) error {
 			m, err := getInode(tx, ino)
 			if err != nil {
 				return err
@@ -640,7 +649,7 @@ func (s *Server) fallocate(ino uint64, mode uint32, off, length int64) error {
 		}
 	}
 	s.used.Add(-dropped * s.bs)
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		m, err := getInode(tx, ino)
 		if err != nil {
 			return err

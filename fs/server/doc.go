@@ -107,8 +107,9 @@
 //
 // # Concurrency
 //
-// The Server's methods are safe for concurrent use. bbolt serializes
-// writing transactions and lets readers run beside them. Data operations
+// The Server's methods are safe for concurrent use. Writing
+// transactions run on one goroutine, the committer, several to a commit
+// (commit.go); bbolt lets readers run beside them. Data operations
 // of one inode (write, truncate, punch, deleting its chunks) hold its data
 // lock (a striped RWMutex) exclusively and reads hold it shared; the data
 // lock is taken before any transaction and never two at once; hmu (the
@@ -123,10 +124,13 @@
 //     like the data: losing it loses the namespace.
 //   - Capacity is a configured figure, not the devices' free space; the
 //     chunkstore's ENOSPC still applies.
-//   - Every metadata change is a bbolt commit, fsynced: on a disk, creates,
-//     unlinks and renames run at the device's fsync rate (a few hundred
-//     per second); on tmpfs or a fast SSD they are far quicker. Reads of
-//     metadata (LOOKUP, GETATTR, READDIR) take no lock but bbolt's.
+//   - Every metadata change is in a bbolt commit, fsynced: on a disk, one
+//     client's creates, unlinks and renames one at a time run at the
+//     device's fsync rate (hundreds per second); on tmpfs or a fast SSD
+//     far quicker. Changes that arrive together share a commit (group
+//     commit, commit.go): the four parallel commands of a 1 MiB write, or
+//     many clients, pay one fsync. Reads of metadata (LOOKUP, GETATTR,
+//     READDIR) take no lock but bbolt's.
 //
 // # Libraries
 //

@@ -180,7 +180,7 @@ func (s *Server) mkInode(parent uint64, name []byte, n *inode, data []byte) (a p
 	}
 	now := s.opt.Now().UnixNano()
 	n.Atime, n.Mtime, n.Ctime = now, now, now
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		dn, err := getDir(tx, parent)
 		if err != nil {
 			return err
@@ -278,7 +278,7 @@ func (s *Server) link(ino, newParent uint64, name []byte) (a proto.Attr, err err
 		return a, e
 	}
 	now := s.opt.Now().UnixNano()
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -381,7 +381,8 @@ func (s *Server) unlink(parent uint64, name []byte, dir bool) error {
 	}
 	now := s.opt.Now().UnixNano()
 	var gs []gone
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
+		gs = gs[:0] // a grouped commit may run this again
 		dn, err := getDir(tx, parent)
 		if err != nil {
 			return err
@@ -454,7 +455,8 @@ func (s *Server) rename(parent uint64, name []byte, newParent uint64, newName []
 	}
 	now := s.opt.Now().UnixNano()
 	var gs []gone
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
+		gs = gs[:0] // a grouped commit may run this again
 		src, err := getDir(tx, parent)
 		if err != nil {
 			return err
@@ -603,14 +605,38 @@ func (s *Server) isOpen(ino uint64) bool {
 	return s.open[ino] > 0
 }
 
-func (s *Server) newHandle(ino uint64) uint64 {
+// allocHandle returns a handle number never handed out before.
+func (s *Server) allocHandle() uint64 {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	s.nextHandle++
-	h := s.nextHandle
+	return s.nextHandle
+}
+
+// registerHandle opens h on ino; registering it again changes nothing.
+func (s *Server) registerHandle(h, ino uint64) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if _, ok := s.handles[h]; ok {
+		return
+	}
 	s.handles[h] = ino
 	s.open[ino]++
-	return h
+}
+
+// dropHandle forgets h if it was registered (an open whose transaction
+// failed after a grouped run registered it).
+func (s *Server) dropHandle(h uint64) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	ino, ok := s.handles[h]
+	if !ok {
+		return
+	}
+	delete(s.handles, h)
+	if s.open[ino]--; s.open[ino] == 0 {
+		delete(s.open, ino)
+	}
 }
 
 // release closes a handle; the last one of an unlinked file deletes it.
@@ -632,7 +658,8 @@ func (s *Server) release(ino, h uint64) error {
 		return nil
 	}
 	var gs []gone
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
+		gs = gs[:0] // a grouped commit may run this again
 		if tx.Bucket(bucketOrphans).Get(inoKey(ino)) == nil || s.isOpen(ino) {
 			return nil
 		}
@@ -701,7 +728,7 @@ func (s *Server) setXattr(ino uint64, name, value []byte, flags uint32) error {
 		return syscall.E2BIG
 	}
 	now := s.opt.Now().UnixNano()
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -749,7 +776,7 @@ func (s *Server) removeXattr(ino uint64, name []byte) error {
 		return e
 	}
 	now := s.opt.Now().UnixNano()
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err

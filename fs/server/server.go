@@ -74,6 +74,12 @@ type Server struct {
 	used   atomic.Int64 // bytes of file data allocated: chunks × BlockSize + inline bytes
 	inodes atomic.Int64
 	closed atomic.Bool
+
+	// commits feeds the committer (commit.go). commitMu: update holds it
+	// shared while it sends, Close exclusively while it closes commits.
+	commits       chan *commitReq
+	commitMu      sync.RWMutex
+	committerDone chan struct{}
 }
 
 // Open opens (or creates) the file namespace whose metadata is the bbolt
@@ -112,7 +118,8 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 		return nil, fmt.Errorf("fs/server: %s: %w", dbPath, err)
 	}
 	s := &Server{db: db, store: store, opt: opt, log: opt.Logger, bs: int64(opt.BlockSize),
-		handles: map[uint64]uint64{}, open: map[uint64]int{}}
+		handles: map[uint64]uint64{}, open: map[uint64]int{},
+		commits: make(chan *commitReq, maxGroup), committerDone: make(chan struct{})}
 	if err := s.init(); err != nil {
 		db.Close()
 		return nil, err
@@ -121,6 +128,7 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 		db.Close()
 		return nil, err
 	}
+	go s.committer()
 	return s, nil
 }
 
@@ -163,9 +171,14 @@ func (s *Server) init() error {
 
 // Close closes the metadata database. The chunkstore is the caller's.
 func (s *Server) Close() error {
+	s.commitMu.Lock()
 	if s.closed.Swap(true) {
+		s.commitMu.Unlock()
 		return nil
 	}
+	close(s.commits)
+	s.commitMu.Unlock()
+	<-s.committerDone
 	return s.db.Close()
 }
 

@@ -284,3 +284,38 @@ func TestUnlinkWhileOpen(t *testing.T) {
 	require.Empty(t, st.Chunks())
 	checkInvariants(t, s)
 }
+
+// TestGroupCommit runs many metadata changes at once, some of which fail:
+// the failures undo only themselves, and every success is there.
+func TestGroupCommit(t *testing.T) {
+	s := newServer(t, testOptions())
+	const n = 64
+	errs := make(chan error, 2*n)
+	for i := range n {
+		go func() {
+			_, err := s.mkdir(root, []byte(fmt.Sprintf("d%d", i)), 0o755, 0, 0)
+			errs <- err
+		}()
+		go func() {
+			_, _, err := s.create(root, []byte("same"), 0o644, 0, 0, oExcl)
+			errs <- err
+		}()
+	}
+	created := 0
+	for range 2 * n {
+		err := <-errs
+		if err == nil {
+			created++
+			continue
+		}
+		requireErrno(t, syscall.EEXIST, err)
+	}
+	require.Equal(t, n+1, created, "every mkdir and one create")
+	names, _ := listAll(t, s, root, 64<<10, false)
+	require.Len(t, names, n+3)
+	a, err := s.getAttr(root)
+	require.NoError(t, err)
+	require.Equal(t, uint32(2+n), a.Nlink)
+	require.Equal(t, 1, s.Stats().Handles, "the one create's handle")
+	checkInvariants(t, s)
+}

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"errors"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Group commit. Every metadata change is a bbolt transaction, and a
+// bbolt commit fsyncs the database file: on a disk that costs
+// milliseconds. Changes that arrive while a commit is running are run
+// together in the next transaction, so that one fsync covers all of
+// them (a 1 MiB client write is four commands in parallel, each with its
+// own size and time update).
+//
+// A function given to update may run more than once: when one function
+// of a group fails, the group's transaction is rolled back and each
+// function runs again in a transaction of its own, so that a failure
+// (EEXIST, ENOENT ...) undoes only its own changes. Functions therefore
+// set their results afresh on every run and do nothing outside the
+// transaction that a second run would repeat.
+
+// maxGroup bounds the functions one transaction runs.
+const maxGroup = 64
+
+type commitReq struct {
+	fn  func(*bolt.Tx) error
+	err chan error
+}
+
+// errGroupFailed aborts a group's transaction when one function failed.
+var errGroupFailed = errors.New("fs/server: a function of the group failed")
+
+// update runs fn in a writing transaction, grouped with the changes that
+// arrive meanwhile, and returns fn's error or the commit's.
+func (s *Server) update(fn func(*bolt.Tx) error) error {
+	req := commitReq{fn: fn, err: make(chan error, 1)}
+	s.commitMu.RLock()
+	if s.closed.Load() {
+		s.commitMu.RUnlock()
+		return bolt.ErrDatabaseNotOpen
+	}
+	s.commits <- &req
+	s.commitMu.RUnlock()
+	return <-req.err
+}
+
+// committer runs the groups of changes, one transaction each, until the
+// channel is closed.
+func (s *Server) committer() {
+	defer close(s.committerDone)
+	batch := make([]*commitReq, 0, maxGroup)
+	errs := make([]error, maxGroup)
+	for req := range s.commits {
+		batch = append(batch[:0], req)
+	drain:
+		for len(batch) < maxGroup {
+			select {
+			case r, ok := <-s.commits:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		if len(batch) == 1 {
+			req.err <- s.db.Update(req.fn)
+			continue
+		}
+		failed := false
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for i, r := range batch {
+				if errs[i] = r.fn(tx); errs[i] != nil {
+					failed = true
+					return errGroupFailed
+				}
+			}
+			return nil
+		})
+		switch {
+		case err == nil:
+			for _, r := range batch {
+				r.err <- nil
+			}
+		case failed:
+			for _, r := range batch {
+				r.err <- s.db.Update(r.fn)
+			}
+		default:
+			for _, r := range batch {
+				r.err <- err
+			}
+		}
+		clear(batch)
+	}
+}
