@@ -119,8 +119,11 @@ func dirEmpty(tx *bolt.Tx, dir uint64) bool {
 	return k == nil || !bytes.HasPrefix(k, prefix)
 }
 
+// attrOf makes the Attr record of an inode. Blocks counts the chunks a
+// file has, each a block, but no more than its size rounded up: a small
+// file's one chunk holds only its bytes.
 func (s *Server) attrOf(ino uint64, n *inode) proto.Attr {
-	blocks := n.Chunks * uint64(s.bs) / 512
+	blocks := min(n.Chunks*uint64(s.bs), (n.Size+511)&^511) / 512
 	if n.inline() || n.Mode&sIFMT == sIFLNK {
 		blocks = (n.Size + 511) / 512
 	}
