@@ -109,8 +109,17 @@ for rep in $(seq "$count"); do
 	done
 done
 
+# The Go file client alone, same file, same request sizes: what the
+# mount adds on top of it is the FUSE layer's cost.
+for rep in $(seq "$count"); do
+	for tr in $transports; do
+		echo "client-$tr randread4k $(bin/fusebench client --target "${url[$tr]}" --rw randread --bs 4096 --runtime "${runtime}s" data)" >>"$results"
+		echo "client-$tr seqread1m $(bin/fusebench client --target "${url[$tr]}" --rw read --bs 1048576 --runtime "${runtime}s" data)" >>"$results"
+	done
+done
+
 echo
-echo "== R6: fio psync QD1 through FUSE, medians of $count runs of ${runtime}s"
+echo "== R6: fio psync QD1 through FUSE, medians of $count runs of ${runtime}s; client-*: the Go client alone"
 python3 - "$results" <<'EOF'
 import sys, statistics
 rows = {}
@@ -118,7 +127,7 @@ for line in open(sys.argv[1]):
     fs, case, iops, bw = line.split()
     rows.setdefault((fs, case), []).append((float(iops), float(bw)))
 cases = ["randread4k", "seqread1m", "seqwrite1m", "bufread1m"]
-fss = sorted({fs for fs, _ in rows}, key=lambda f: (f != "null", f))
+fss = sorted({fs for fs, _ in rows}, key=lambda f: (f != "null", f.startswith("client-"), f))
 print("| case | mount | IOPS | MB/s | vs null |")
 print("|---|---|---|---|---|")
 for c in cases:

@@ -13,6 +13,10 @@
 //	fusebench meta [--files N] DIR
 //	    creates, stats and unlinks N files in DIR and prints each rate
 //	    per second: "meta create=R stat=R unlink=R".
+//	fusebench client --target URL [--nqn NQN] [--rw randread|read] [--bs BYTES] [--runtime D] FILE
+//	    reads FILE (a name in the root directory) through the Go file
+//	    client alone, one request at a time, and prints "IOPS BYTES/s":
+//	    the mount's cost is the difference to fio through the mount.
 //
 // The mount modes print "fusebench mounted at MOUNTPOINT" once the mount
 // is live and unmount on SIGINT or SIGTERM. The node types here exist
@@ -23,6 +27,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -31,6 +36,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	capfs "github.com/capsule-storage/capsule/fs"
 )
 
 func main() {
@@ -45,6 +52,8 @@ func main() {
 		err = runLoopback(os.Args[2:])
 	case "meta":
 		err = runMeta(os.Args[2:])
+	case "client":
+		err = runClient(os.Args[2:])
 	default:
 		usage()
 	}
@@ -55,7 +64,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: fusebench null [--size BYTES] [--splice] MOUNTPOINT | loopback [--splice] DIR MOUNTPOINT | meta [--files N] DIR")
+	fmt.Fprintln(os.Stderr, "usage: fusebench null [--size BYTES] [--splice] MOUNTPOINT | loopback [--splice] DIR MOUNTPOINT | meta [--files N] DIR | client --target URL [--rw randread|read] [--bs BYTES] FILE")
 	os.Exit(2)
 }
 
@@ -251,5 +260,56 @@ func runMeta(args []string) error {
 		return err
 	}
 	fmt.Printf("meta create=%.0f stat=%.0f unlink=%.0f\n", create, stat, unlink)
+	return nil
+}
+
+func runClient(args []string) error {
+	fl := flag.NewFlagSet("client", flag.ExitOnError)
+	target := fl.String("target", "", "target `URL`")
+	nqn := fl.String("nqn", "nqn.2026-11.io.capsule:default", "subsystem `NQN`")
+	rw := fl.String("rw", "randread", "randread or read (sequential)")
+	bs := fl.Int("bs", 4096, "request size in `bytes`")
+	runtime := fl.Duration("runtime", 5*time.Second, "how long to read")
+	fl.Parse(args)
+	if fl.NArg() != 1 || *target == "" || *bs <= 0 {
+		usage()
+	}
+	ctx := context.Background()
+	c, err := capfs.Dial(ctx, *target, capfs.WithSubsystem(*nqn))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	a, err := c.Lookup(ctx, capfs.RootIno, fl.Arg(0))
+	if err != nil {
+		return err
+	}
+	h, err := c.Open(ctx, a.Ino, os.O_RDONLY)
+	if err != nil {
+		return err
+	}
+	defer c.Release(ctx, a.Ino, h)
+	blocks := int64(a.Size) / int64(*bs)
+	if blocks == 0 {
+		return fmt.Errorf("%s is smaller than one request", fl.Arg(0))
+	}
+	buf := make([]byte, *bs)
+	r := rand.New(rand.NewPCG(1, 2))
+	var n, next int64
+	start := time.Now()
+	for time.Since(start) < *runtime {
+		off := next
+		if *rw == "randread" {
+			off = r.Int64N(blocks)
+		} else {
+			next = (next + 1) % blocks
+		}
+		if _, err := c.Read(ctx, a.Ino, h, buf, off*int64(*bs)); err != nil {
+			return err
+		}
+		n++
+	}
+	sec := time.Since(start).Seconds()
+	fmt.Printf("%.0f %.0f\n", float64(n)/sec, float64(n)*float64(*bs)/sec)
 	return nil
 }
