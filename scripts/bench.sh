@@ -135,3 +135,4 @@ fi
 block
 echo
 go run ./internal/benchtable <"$out"
+echo; COUNT=3 ./scripts/fusebench.sh # R6: the FUSE mount beside a null go-fuse file system (owner: fs/fusefs)
