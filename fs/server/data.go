@@ -115,6 +115,7 @@ func (s *Server) read(ino uint64, off int64, buf []byte) (int, error) {
 
 // putBlock stores block b of ino, counting a chunk that is new.
 func (s *Server) putBlock(ino uint64, b int64, data []byte, added *int64) error {
+	s.dirty.Store(true)
 	_, existed := s.chunkExists(ino, b)
 	if err := s.store.PutChunk(s.chunkID(ino, b), data, 0); err != nil {
 		return err
@@ -141,6 +142,7 @@ func (s *Server) trimTail(ino uint64, size int64) error {
 	if err := s.readBlock(ino, b, buf, 0); err != nil {
 		return err
 	}
+	s.dirty.Store(true)
 	return s.store.PutChunk(s.chunkID(ino, b), buf, 0)
 }
 
@@ -328,6 +330,7 @@ func (s *Server) deleteChunksLocked(ino uint64, first, size int64) int64 {
 	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
 	var n int64
 	for _, id := range ids {
+		s.dirty.Store(true)
 		if err := s.store.DeleteChunk(id, 0); err == nil {
 			n++
 		} else if !errors.Is(err, chunkstore.ErrNotFound) {
@@ -631,6 +634,7 @@ func (s *Server) fallocate(ino uint64, mode uint32, off, length int64) error {
 			continue
 		}
 		if lo == 0 && (hi == s.bs || bstart+hi >= size) {
+			s.dirty.Store(true)
 			if err := s.store.DeleteChunk(s.chunkID(ino, b), 0); err == nil {
 				dropped++
 			}

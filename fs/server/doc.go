@@ -54,8 +54,11 @@
 //
 // Every metadata operation is one bbolt transaction: it happens wholly
 // or not at all, also across a crash. File data follows the chunkstore's
-// rule: a PutChunk is durable at the next Sync (FSYNC, or Flush of the
-// namespace), and after a crash each chunk is as of its last Sync. The
+// rule: a PutChunk is durable at the next Sync (FSYNC, Flush of the
+// namespace, or the server's own sync every SyncInterval, 5 s by default,
+// while data changes: it bounds what a crash loses, as ext4's commit
+// interval does, and lets the store reuse the slots of replaced chunks),
+// and after a crash each chunk is as of its last Sync. The
 // promises, and why they hold:
 //
 //   - No file points at chunks that were never written. Files do not

@@ -47,7 +47,16 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for timestamps; default time.Now.
 	Now func() time.Time
+	// SyncInterval is how often the server syncs the chunkstore when file
+	// data changed since the last sync, without any FSYNC: it bounds what
+	// a crash loses and lets the store reuse the space of replaced chunks
+	// (DefaultSyncInterval; -1: only FSYNC and Flush sync).
+	SyncInterval time.Duration
 }
+
+// DefaultSyncInterval is the default of Options.SyncInterval, as ext4's
+// commit interval.
+const DefaultSyncInterval = 5 * time.Second
 
 // Server is a file namespace: metadata in a bbolt database, file data in
 // a chunkstore. It implements target.VendorHandler. Its methods are safe
@@ -80,6 +89,12 @@ type Server struct {
 	commits       chan *commitReq
 	commitMu      sync.RWMutex
 	committerDone chan struct{}
+
+	// dirty is set when file data changes and cleared by a sync; the
+	// syncer goroutine syncs when it finds it set, until stopSync closes.
+	dirty    atomic.Bool
+	stopSync chan struct{}
+	syncDone chan struct{}
 }
 
 // Open opens (or creates) the file namespace whose metadata is the bbolt
@@ -110,6 +125,9 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	if opt.SyncInterval == 0 {
+		opt.SyncInterval = DefaultSyncInterval
+	}
 	if err := os.MkdirAll(filepath.Dir(dbPath), 0o755); err != nil {
 		return nil, err
 	}
@@ -119,7 +137,8 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 	}
 	s := &Server{db: db, store: store, opt: opt, log: opt.Logger, bs: int64(opt.BlockSize),
 		handles: map[uint64]uint64{}, open: map[uint64]int{},
-		commits: make(chan *commitReq, maxGroup), committerDone: make(chan struct{})}
+		commits: make(chan *commitReq, maxGroup), committerDone: make(chan struct{}),
+		stopSync: make(chan struct{}), syncDone: make(chan struct{})}
 	if err := s.init(); err != nil {
 		db.Close()
 		return nil, err
@@ -129,6 +148,7 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 		return nil, err
 	}
 	go s.committer()
+	go s.syncer()
 	return s, nil
 }
 
@@ -178,6 +198,8 @@ func (s *Server) Close() error {
 	}
 	close(s.commits)
 	s.commitMu.Unlock()
+	close(s.stopSync)
+	<-s.syncDone
 	<-s.committerDone
 	return s.db.Close()
 }
@@ -185,7 +207,35 @@ func (s *Server) Close() error {
 // Sync makes every completed operation durable: the chunkstore is
 // synced; metadata is durable at each transaction's commit already.
 func (s *Server) Sync() error {
-	return s.store.Sync()
+	s.dirty.Store(false)
+	if err := s.store.Sync(); err != nil {
+		s.dirty.Store(true)
+		return err
+	}
+	return nil
+}
+
+// syncer syncs the store every SyncInterval while file data changes.
+func (s *Server) syncer() {
+	defer close(s.syncDone)
+	if s.opt.SyncInterval < 0 {
+		<-s.stopSync
+		return
+	}
+	t := time.NewTicker(s.opt.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopSync:
+			return
+		case <-t.C:
+		}
+		if s.dirty.Load() {
+			if err := s.Sync(); err != nil {
+				s.log.Warn("fs: periodic sync of the store failed", "err", err)
+			}
+		}
+	}
 }
 
 // Chunk IDs: 2 bytes of magic, the FSID, 48 bits of inode number and 48
