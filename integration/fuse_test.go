@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,6 +21,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	capfs "github.com/capsule-storage/capsule/fs"
 )
 
 // The FUSE tests run `target serve` and `mount` as processes and drive
@@ -242,10 +245,23 @@ func TestFUSEPosixCases(t *testing.T) {
 	})
 
 	t.Run("BadNames", func(t *testing.T) {
+		// What the kernel never passes on ('/' splits the path, NUL ends
+		// it) goes to the target through the Go client.
+		c := dialFiles(t, shm)
+		ctx := context.Background()
+		for _, name := range []string{"a/b", "nul\x00byte", "/", "x\x00"} {
+			_, _, err := c.Create(ctx, capfs.RootIno, name, 0o644, 0, 0, os.O_RDWR)
+			assert.ErrorIs(t, err, syscall.EINVAL, "create %q", name)
+			_, err = c.Mkdir(ctx, capfs.RootIno, name, 0o755, 0, 0)
+			assert.ErrorIs(t, err, syscall.EINVAL, "mkdir %q", name)
+		}
+		_, err := c.Mkdir(ctx, capfs.RootIno, strings.Repeat("y", 256), 0o755, 0, 0)
+		assert.ErrorIs(t, err, syscall.ENAMETOOLONG)
+
 		long := strings.Repeat("x", 256)
 		assert.ErrorIs(t, os.WriteFile(m.path(long), nil, 0o644), syscall.ENAMETOOLONG)
 		assert.ErrorIs(t, os.Mkdir(m.path(long), 0o755), syscall.ENAMETOOLONG)
-		_, err := os.Stat(m.path(long))
+		_, err = os.Stat(m.path(long))
 		assert.ErrorIs(t, err, syscall.ENAMETOOLONG)
 		require.NoError(t, os.WriteFile(m.path(long[:255]), []byte("ok"), 0o644), "255 bytes is allowed")
 		requireContent(t, m.path(long[:255]), []byte("ok"))
@@ -426,6 +442,23 @@ func TestFUSETwoMounts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, fd.Close())
 	requireContent(t, a.path("big"), big)
+
+	// And through the Go file client, byte for byte.
+	c := dialFiles(t, shm)
+	got, err := c.FS().ReadFile("big")
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(big, got), "the Go client reads what the mounts wrote")
+}
+
+// dialFiles connects the Go file client to a target's file namespace.
+func dialFiles(t *testing.T, url string) *capfs.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := capfs.Dial(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // TestFUSECopyTools copies a tree in with cp, dd and rsync and compares
