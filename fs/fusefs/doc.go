@@ -31,18 +31,21 @@
 // cached its name; it returns ESTALE, which makes the kernel look the
 // path up again and retry once, instead of failing. When the node comes
 // straight from a lookup (no call on it has succeeded since), that retry
-// has happened already and the answer is ENOENT. The same holds for an open of an
-// inode that is only kept for other open files (no links left), so a
-// name another client renamed a new file over opens the new file; the
-// price is that reopening an unlinked file through /proc/PID/fd fails
-// with ESTALE.
+// has happened already and the answer is ENOENT. An open of an inode
+// that only other open files keep (no links left), and a stat of one
+// not open in this mount, count as ENOENT too, so a name another client
+// renamed a new file over leads to the new file; the price is that
+// reopening an unlinked file through /proc/PID/fd fails with ESTALE.
 //
 // # Open files, unlink and handles
 //
 // Open and create get a Handle from the target, and reads and writes go
 // through it; the target keeps an unlinked file while handles to it are
 // open, so unlinking an open file works as POSIX says. Release gives the
-// handle back.
+// handle back. Directories are opened on the target too, so an open
+// directory that is removed stays valid for fstat. O_TMPFILE is a create
+// under a unique hidden name and an unlink at once (the target has no
+// such operation). st_blocks is the target's, so holes show.
 //
 // # Locks
 //
@@ -72,8 +75,15 @@
 // READ and WRITE requests are up to MaxWrite (1 MiB). Splicing READ
 // replies is off by default: a 1 MiB reply and its header do not fit the
 // kernel's 1 MiB pipe, so go-fuse would copy anyway after a failed try.
-// The read-ahead window and the number of request readers are options,
-// with defaults chosen by benchmark (BENCHMARKS.md, R6).
+// The read-ahead window (Options.MaxReadAhead; beyond FUSE's 128 KiB it
+// is set on the mount's bdi in sysfs) and the number of request readers
+// are options, with defaults chosen by benchmark (BENCHMARKS.md, R6).
+//
+// # Library
+//
+// github.com/hanwen/go-fuse/v2 (fs and fuse packages), mounted through
+// fusermount3 without allow_other unless asked, with default_permissions:
+// the kernel checks permission bits, so EACCES comes from the kernel.
 //
 // # Concurrency
 //
