@@ -36,9 +36,10 @@
 //     buffers are plain memory, admin data moves straight to and from the
 //     caller's slice.
 //   - R2Ts are answered with H2CData PDUs of at most MAXH2CDATA bytes from
-//     the slot's memory; C2HData is read straight into it (then copied to
-//     the caller's buffer, as on RDMA); a C2HData with SUCCESS completes
-//     its command.
+//     the slot's memory; C2HData is read from the socket straight into
+//     the caller's buffer when the command's range lies in it (else into
+//     the slot's memory, then copied, as on RDMA); a C2HData with SUCCESS
+//     completes its command.
 //   - The queue goroutine only reads. What it must send (the H2CData an
 //     R2T asks for, commands issued from Done callbacks) goes to a writer
 //     goroutine, all of one batch of PDUs in one writev; commands from

@@ -137,6 +137,9 @@ type slot struct {
 	// transport's dataSGL when the data is not in the capsule (TCP: the
 	// target of C2HData and the source of H2CData).
 	xfer []byte
+	// inPlace: xfer is the read request's own buffer, which the data
+	// reaches without a copy (a transport that reads in place).
+	inPlace bool
 }
 
 func (s *slot) cid() uint16 { return s.idx | s.gen<<cidIndexBits }
@@ -265,7 +268,7 @@ func (q *queue) complete(s *slot) {
 	}
 	var err error
 	if st.Success() {
-		if r.Op == OpRead {
+		if r.Op == OpRead && !s.inPlace {
 			copyOut(r, s.off, q.data(s)[:s.n])
 		}
 	} else {
@@ -496,7 +499,7 @@ func (q *queue) dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor {
 func (q *queue) issue(s *slot) {
 	defer q.issuing.Done()
 	r := s.req
-	s.xfer = nil
+	s.xfer, s.inPlace = nil, false
 	var cmd nvmeof.Command
 	capLen := nvmeof.CommandSize
 	cmd.DPTR = q.tr.nullSGL()
@@ -520,6 +523,14 @@ func (q *queue) issue(s *slot) {
 			}
 		}
 		cmd.DPTR = q.dataSGL(s, 0, s.n)
+		if r.Op == OpRead && q.tr.readsInPlace() {
+			// The chunk lies in the caller's buffer (an unaligned read's
+			// first and last chunks may not): the data goes straight
+			// there.
+			if lo := s.off - r.Offset; lo >= 0 && lo+s.n <= int64(len(r.Buf)) {
+				s.xfer, s.inPlace = r.Buf[lo:lo+s.n], true
+			}
+		}
 	case OpFlush:
 		cmd.Opcode = nvmeof.IOFlush
 		cmd.NSID = r.ns.nsid

@@ -302,6 +302,10 @@ var rdmaNullSGL, _ = nvmeof.KeyedSGL{}.Descriptor()
 
 func (t *rdmaTransport) nullSGL() nvmeof.SGLDescriptor { return rdmaNullSGL }
 
+// readsInPlace: RDMA Writes land only in registered memory, never in the
+// caller's buffer.
+func (t *rdmaTransport) readsInPlace() bool { return false }
+
 // dataSGL returns a keyed SGL (40h) for n bytes at off of the slot's data
 // memory: its large buffer or its area in the slot region.
 func (t *rdmaTransport) dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor {

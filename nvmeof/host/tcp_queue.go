@@ -520,6 +520,10 @@ var tcpNullSGL = nvmeof.TransportSGL{}.Descriptor()
 
 func (t *tcpTransport) nullSGL() nvmeof.SGLDescriptor { return tcpNullSGL }
 
+// readsInPlace: C2HData is read from the socket straight into the
+// caller's buffer when a read's chunk lies wholly in it.
+func (t *tcpTransport) readsInPlace() bool { return true }
+
 // dataSGL returns a Transport SGL Data Block (5Ah): the data moves in
 // R2T/H2CData or C2HData PDUs through s.xfer.
 func (t *tcpTransport) dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor {

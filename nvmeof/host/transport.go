@@ -31,6 +31,9 @@ type queueTransport interface {
 	send(s *slot, capLen int)
 	// flush sends what send held during a batch. Queue goroutine.
 	flush()
+	// readsInPlace reports whether read data may land in the caller's
+	// buffer directly (s.xfer pointed there), with no copy from the slot.
+	readsInPlace() bool
 	// nullSGL returns SGL1 of a command without data, in the form Linux
 	// hosts send on the transport.
 	nullSGL() nvmeof.SGLDescriptor
