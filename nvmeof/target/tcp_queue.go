@@ -68,9 +68,10 @@ type tcpSlot struct {
 //
 // Its goroutine (run) reads PDUs, starts commands, sends R2Ts and runs
 // the commands of non-blocking namespaces; workers run the others.
-// Responses are written by whichever goroutine finishes a command, under
-// wmu, one writev per response (C2HData and CapsuleResp together). A
-// slot belongs to the reader from the command's arrival, then to whoever
+// Responses (C2HData and CapsuleResp together) are written under wmu: the
+// reader's own in one writev per batch of PDUs read (reply,
+// flushReplies), the others' at once, one writev each (respond). A slot
+// belongs to the reader from the command's arrival, then to whoever
 // executes or holds the command, until its response is written and the
 // slot goes back to free.
 type tcpQueue struct {
