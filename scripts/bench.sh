@@ -11,7 +11,8 @@
 #   R8      allocs/op in every Go benchmark line
 # COUNT sets the repetitions of the RDMA transfer benchmarks, REPS those of
 # every fio case (at least 3; the table shows medians), RUNTIME the seconds
-# of each fio run. ONLY=block runs the fio part alone.
+# of each fio run. ONLY=block runs the R5 fio part (and R3's fio baseline)
+# alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count="${COUNT:-5}"
@@ -135,4 +136,6 @@ fi
 block
 echo
 go run ./internal/benchtable <"$out"
-echo; COUNT=3 ./scripts/fusebench.sh # R6: the FUSE mount beside a null go-fuse file system (owner: fs/fusefs)
+if [ "$only" != block ]; then
+	echo; COUNT=3 ./scripts/fusebench.sh # R6: the FUSE mount beside a null go-fuse file system (owner: fs/fusefs)
+fi
