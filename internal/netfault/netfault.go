@@ -2,7 +2,9 @@
 // connection it accepted, the TCP counterpart of the cut in rdma/fault.
 // A cut closes both ends' sockets at once, as a lost network path or a
 // reset would: the peer sees EOF or a reset, whatever was in flight is
-// lost.
+// lost. A stall makes the listener's side stop receiving (its reads wait,
+// the bytes stay in the socket) until Resume, as a peer that went silent
+// would look; TCP's own flow control does the rest.
 //
 //	ln, _ := netfault.Listen("tcp", "127.0.0.1:0")
 //	netfault.Register("fault+tcp://"+ln.Addr().String(), ln.Injector())
@@ -22,9 +24,37 @@ import (
 
 // Injector cuts the connections of one listener.
 type Injector struct {
-	mu    sync.Mutex // guards conns
+	mu    sync.Mutex // guards conns and resume
 	conns map[net.Conn]struct{}
 	cuts  atomic.Int64
+	// resume is closed when a stall ends; nil when not stalled.
+	resume chan struct{}
+}
+
+// Stall makes reads on the accepted connections (and those accepted
+// later) wait until Resume.
+func (i *Injector) Stall() {
+	i.mu.Lock()
+	if i.resume == nil {
+		i.resume = make(chan struct{})
+	}
+	i.mu.Unlock()
+}
+
+// Resume ends a stall.
+func (i *Injector) Resume() {
+	i.mu.Lock()
+	if i.resume != nil {
+		close(i.resume)
+		i.resume = nil
+	}
+	i.mu.Unlock()
+}
+
+func (i *Injector) stalled() chan struct{} {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.resume
 }
 
 // Cut closes every connection accepted so far that is still open.
@@ -69,24 +99,38 @@ func (l *Listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc := &conn{Conn: c, inj: l.inj}
+	tc := &conn{Conn: c, inj: l.inj, closed: make(chan struct{})}
 	l.inj.mu.Lock()
 	l.inj.conns[tc] = struct{}{}
 	l.inj.mu.Unlock()
 	return tc, nil
 }
 
-// conn forgets itself when closed. It keeps the *net.TCPConn methods the
-// code above uses through Unwrap.
+// conn forgets itself when closed, and waits in Read during a stall. It
+// keeps the *net.TCPConn methods the code above uses through Unwrap.
 type conn struct {
 	net.Conn
-	inj *Injector
+	inj       *Injector
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (c *conn) Read(b []byte) (int, error) {
+	if ch := c.inj.stalled(); ch != nil {
+		select {
+		case <-ch:
+		case <-c.closed:
+			return 0, net.ErrClosed
+		}
+	}
+	return c.Conn.Read(b)
 }
 
 func (c *conn) Close() error {
 	c.inj.mu.Lock()
 	delete(c.inj.conns, c)
 	c.inj.mu.Unlock()
+	c.closeOnce.Do(func() { close(c.closed) })
 	return c.Conn.Close()
 }
 

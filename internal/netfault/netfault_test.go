@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,4 +46,40 @@ func TestCut(t *testing.T) {
 	}
 	Unregister(url)
 	assert.Nil(t, For(url))
+}
+
+func TestStall(t *testing.T) {
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write([]byte("x"))
+		io.Copy(io.Discard, c)
+	}()
+	c, err := ln.Accept()
+	require.NoError(t, err)
+	ln.Injector().Stall()
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a read returned during a stall: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	ln.Injector().Resume()
+	require.NoError(t, <-got, "the byte arrives after Resume")
+
+	ln.Injector().Stall()
+	go func() { got <- func() error { _, err := c.Read(make([]byte, 1)); return err }() }()
+	c.Close()
+	require.ErrorIs(t, <-got, net.ErrClosed, "Close ends a stalled read")
+	ln.Injector().Resume()
 }

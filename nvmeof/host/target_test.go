@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/capsule-storage/capsule/internal/netfault"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 	"github.com/capsule-storage/capsule/nvmeof/target"
@@ -205,24 +206,32 @@ func TestTargetAllowList(t *testing.T) {
 }
 
 // TestTargetKeepAliveExpiry drops the host's Sends, keep-alives
-// included: the target's keep-alive timer ends the association (its
-// controller goes away and the connection with it) before the host's own,
-// longer, deadline; the host reconnects once the Sends flow again.
+// included (on TCP the target stops reading: a stall), so the target's
+// keep-alive timer ends the association (its controller goes away and the
+// connection with it) before the host's own, longer, deadline; the host
+// reconnects once the Sends flow again.
 func TestTargetKeepAliveExpiry(t *testing.T) {
-	forEachTransport(t, true, func(t *testing.T, url string) {
+	forEachTargetTransport(t, true, func(t *testing.T, url string) {
 		rt := newTarget(t, url, 1<<20, 512, nil)
-		inj := fault.For(rt.addr)
 		// KATO 1 s: the target ends a silent association within 2 s, the
 		// host would give up on it after 3 s.
 		c := dialTarget(t, rt, WithQueues(1), WithKeepAlive(time.Second),
 			WithConnectTimeout(300*time.Millisecond), WithReconnectDelay(20*time.Millisecond, 100*time.Millisecond))
 		require.Equal(t, 1, rt.sub.Controllers())
 		waitFor(t, 10*time.Second, "a keep-alive", func() bool { return c.Stats().KeepAlives > 0 })
-		rule := inj.Drop(fault.Match{Ops: []rdma.Opcode{rdma.OpSend}, Side: fault.Dialer})
+		var resume func()
+		if strings.HasPrefix(rt.addr, "fault+tcp://") {
+			inj := netfault.For(rt.addr)
+			inj.Stall()
+			resume = inj.Resume
+		} else {
+			rule := fault.For(rt.addr).Drop(fault.Match{Ops: []rdma.Opcode{rdma.OpSend}, Side: fault.Dialer})
+			resume = rule.Remove
+		}
 		waitFor(t, 10*time.Second, "the target to drop the controller", func() bool { return c.Stats().Losses > 0 })
 		st := c.Stats()
 		assert.NotErrorIs(t, st.LastLoss, ErrKeepAliveTimeout, "the target, not the host, ended it: %v", st.LastLoss)
-		rule.Remove()
+		resume()
 		waitFor(t, 10*time.Second, "the reconnect", func() bool { return c.State() == StateLive })
 		assert.Equal(t, 1, rt.sub.Controllers(), "the old controller is gone, the new one live")
 		ns, err := c.Namespace(1)
