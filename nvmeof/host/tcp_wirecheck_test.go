@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/nvmeof/target"
 )
 
 // WirecheckTCPPortEnv names the loopback port scripts/wirecheck.sh
@@ -25,7 +27,7 @@ func TestWirecheckTCPTraffic(t *testing.T) {
 	if port == "" {
 		t.Skip("set " + WirecheckTCPPortEnv + " (scripts/wirecheck.sh does)")
 	}
-	rt := newTarget(t, "tcp://127.0.0.1:"+port, 8<<20, 4096, nil)
+	rt := newTarget(t, "tcp://127.0.0.1:"+port, 8<<20, 4096, nil, target.WithTCPMaxH2CData(128<<10))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	entries, err := Discover(ctx, rt.addr, WithLogger(testLogger(t)))
@@ -33,8 +35,8 @@ func TestWirecheckTCPTraffic(t *testing.T) {
 	require.NotEmpty(t, entries)
 	for _, digests := range []bool{false, true} {
 		// 256 KiB commands (MDTS): the target asks for the data with one
-		// R2T, and MAXH2CDATA (128 KiB) makes the host answer with two
-		// H2CData PDUs.
+		// R2T, and MAXH2CDATA (128 KiB here) makes the host answer with
+		// two H2CData PDUs.
 		c := dialTarget(t, rt, WithSubsystem(targetNQN), WithQueues(1), WithTCPDigests(digests, digests),
 			WithMaxTransfer(512<<10))
 		ns, err := c.Namespace(1)

@@ -115,8 +115,10 @@
 // One TCP connection per NVMe queue (TCP_NODELAY). The first PDU must be
 // an ICReq (PFV 0, HPDA 0..31, no reserved digest bits), answered with an
 // ICResp of PFV 0, CPDA 0, the digests the host asked for (both are
-// supported) and MAXH2CDATA 128 KiB (or MDTS if smaller): what a Linux
-// host insists on. The connection does not name its queue: the Connect
+// supported) and MAXH2CDATA the largest transfer (MDTS, 256 KiB by
+// default; WithTCPMaxH2CData), so that one H2CData can carry any R2T, as
+// hosts that never split one (Linux before 5.16) need: what a Linux host
+// insists on. The connection does not name its queue: the Connect
 // command does (queue.qidFromConnect).
 //
 //   - Every PDU's common header is checked before anything else of it is

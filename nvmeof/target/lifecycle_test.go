@@ -138,6 +138,7 @@ func TestConfiguration(t *testing.T) {
 		WithMaxTransfer(100000), WithMaxTransfer(16 << 20), WithInCapsuleDataSize(512), WithInCapsuleDataSize(1030),
 		WithLargeBuffersPerQueue(0), WithIOWorkersPerQueue(0), WithDrainTimeout(-1), WithModelNumber(""),
 		WithModelNumber("é"), WithFirmwareRevision("123456789"), WithLogger(nil),
+		WithTCPMaxH2CData(2048), WithTCPMaxH2CData(4098),
 	} {
 		_, err := New(opt)
 		assert.ErrorIs(t, err, ErrInvalidOption)

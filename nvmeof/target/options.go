@@ -53,6 +53,7 @@ type config struct {
 	drainTimeout         time.Duration
 	modelNumber          string
 	firmwareRevision     string
+	tcpMaxH2CData        int // 0: MaxTransfer
 }
 
 func defaultConfig() config {
@@ -113,6 +114,12 @@ func WithIOWorkersPerQueue(n int) Option { return func(c *config) { c.ioWorkersP
 // (default 10 s).
 func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drainTimeout = d } }
 
+// WithTCPMaxH2CData sets MAXH2CDATA, the most data an NVMe/TCP host may
+// put in one H2CData PDU (default: MaxTransfer, so that one PDU carries
+// any R2T, as hosts that do not split an R2T need; a multiple of 4 from
+// 4096).
+func WithTCPMaxH2CData(bytes int) Option { return func(c *config) { c.tcpMaxH2CData = bytes } }
+
 // WithModelNumber sets MN of Identify Controller (default "capsule"; up
 // to 40 printable ASCII characters).
 func WithModelNumber(mn string) Option { return func(c *config) { c.modelNumber = mn } }
@@ -141,6 +148,8 @@ func (c *config) validate() error {
 		return bad("large buffers per queue", c.largeBuffersPerQueue, "at least 1")
 	case c.ioWorkersPerQueue < 1 || c.ioWorkersPerQueue > 256:
 		return bad("I/O workers per queue", c.ioWorkersPerQueue, "1..256")
+	case c.tcpMaxH2CData != 0 && (c.tcpMaxH2CData < nvmeof.TCPMinMAXH2CDATA || c.tcpMaxH2CData%4 != 0):
+		return bad("NVMe/TCP MAXH2CDATA", c.tcpMaxH2CData, "a multiple of 4 from 4096")
 	case c.drainTimeout < 0:
 		return bad("drain timeout", c.drainTimeout, "zero or more")
 	case !printable(c.modelNumber, nvmeof.ModelNumberSize) || c.modelNumber == "":

@@ -33,9 +33,6 @@ const (
 	// tcpC2HHeadMax is the most bytes before a C2HData's data: the
 	// header, its digest and the padding to HPDA (at most 128).
 	tcpC2HHeadMax = 128
-	// tcpMaxH2CData is MAXH2CDATA (or MDTS, if smaller): a host answers
-	// an R2T for a larger transfer with several H2CData PDUs.
-	tcpMaxH2CData = 128 << 10
 )
 
 // tcpSlot is a command slot of an NVMe/TCP queue: the request, its
@@ -131,12 +128,15 @@ func newTCPQueue(l *tcpListener, c net.Conn) *tcpQueue {
 		log:    l.log.With("peer", c.RemoteAddr().String()),
 		conn:   c,
 		br:     bufio.NewReaderSize(c, tcpReadBuffer),
-		maxH2C: min(cfg.maxTransfer, tcpMaxH2CData),
+		maxH2C: cfg.maxTransfer,
 		slots:  make([]tcpSlot, nslots),
 		free:   make(chan *tcpSlot, nslots),
 		work:   make(chan *tcpSlot, nslots),
 		pend:   make([]*tcpSlot, 0, nslots),
 		pvec:   make(net.Buffers, 0, 3*nslots),
+	}
+	if cfg.tcpMaxH2CData != 0 {
+		q.maxH2C = cfg.tcpMaxH2CData
 	}
 	q.core.init(l.t, q, 0, entries)
 	q.core.qidFromConnect = true

@@ -359,7 +359,7 @@ func TestTCPHostilePeers(t *testing.T) {
 			04          # FLAGS: LAST_PDU
 			18          # HLEN 24
 			18          # PDO 24
-			18000400    # PLEN 24 + 256 KiB: twice MAXH2CDATA
+			18000800    # PLEN 24 + 512 KiB: twice MAXH2CDATA (MDTS)
 		`))
 		x.expectTerm(nvmeof.TCPFESDataLimitExceeded, 0)
 		check()
