@@ -2,6 +2,8 @@ package fs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,6 +45,12 @@ type Client struct {
 	closed atomic.Bool
 
 	calls sync.Pool // *host.Passthru
+
+	// reqBase (random, top 32 bits) and reqSeq make the request IDs of the
+	// operations that are not idempotent (protocol.go): the server answers
+	// one sent again after a loss with its first run's outcome.
+	reqBase uint64
+	reqSeq  atomic.Uint32
 }
 
 // Dial connects to the target at url (tcp://host:port, iwarp://host:port,
@@ -57,6 +65,11 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("capfs: reconnect timeout %v: %w", cfg.reconnectTimeout, syscall.EINVAL)
 	}
 	c := &Client{url: url, cfg: cfg, log: cfg.logger, uid: uint32(syscall.Getuid()), gid: uint32(syscall.Getgid())}
+	var nonce [4]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, fmt.Errorf("capfs: %w: %w", syscall.EIO, err)
+	}
+	c.reqBase = uint64(binary.LittleEndian.Uint32(nonce[:])|1) << 32
 	c.hostOpts = []host.Option{
 		host.WithCtrlLossTimeout(cfg.reconnectTimeout),
 		host.WithMaxTransfer(1 << 20),
@@ -193,42 +206,66 @@ type call struct {
 }
 
 // do runs c on the target and turns its outcome into an errno.
+//
+// When the host library gives up on a connection before the reconnect
+// timeout has passed since the operation began (it does when the target
+// refuses a reconnect for good, such as a queue's Connect naming a
+// controller a new cut has just ended), do dials again and sends the
+// command once more: it is idempotent, or carries a request ID the
+// server answers from its memory.
 func (c *Client) do(ctx context.Context, k *call) error {
 	if c.closed.Load() {
 		return fmt.Errorf("capfs: client closed: %w", syscall.EIO)
-	}
-	ctrl, err := c.controller(ctx)
-	if err != nil {
-		return err
 	}
 	p, _ := c.calls.Get().(*host.Passthru)
 	if p == nil {
 		p = new(host.Passthru)
 	}
 	defer c.calls.Put(p)
-	p.Cmd = nvmeof.Command{Opcode: k.op, NSID: c.lim.Load().nsid, CDW2: k.cdw2, CDW3: k.cdw3, CDW14: k.cdw14, CDW15: k.cdw15}
+	p.Cmd = nvmeof.Command{Opcode: k.op, CDW2: k.cdw2, CDW3: k.cdw3, CDW14: k.cdw14, CDW15: k.cdw15}
 	proto.SetArgs(&p.Cmd, k.a0, k.a1)
-	p.Payload, p.Data = nil, nil
-	switch k.op.Direction() {
-	case nvmeof.HostToController:
-		p.Data = k.in
-	case nvmeof.ControllerToHost:
-		p.Data = k.out
-	case nvmeof.Bidirectional:
-		p.Payload, p.Data = k.in, k.out
+	if !k.idem && proto.HasRequestID(k.op) {
+		// Not idempotent: a request ID makes sending it again safe.
+		id := c.reqBase | uint64(c.reqSeq.Add(1))
+		p.Cmd.CDW2, p.Cmd.CDW3 = proto.Lo(id), proto.Hi(id)
+		k.idem = true
 	}
 	p.ReplyLenInDW1 = k.op.Direction()&nvmeof.ControllerToHost != 0
 	p.Idempotent = k.idem
-	err = ctrl.Exec(ctx, p)
-	k.n, k.dw1, k.dw0 = p.N, p.CQE.DW1, p.CQE.DW0
-	p.Payload, p.Data = nil, nil
-	if err != nil {
-		return c.transportError(k.op, err)
+	deadline := time.Now().Add(c.cfg.reconnectTimeout)
+	for {
+		ctrl, err := c.controller(ctx)
+		if err != nil {
+			return err
+		}
+		p.Cmd.NSID = c.lim.Load().nsid
+		switch k.op.Direction() {
+		case nvmeof.HostToController:
+			p.Data = k.in
+		case nvmeof.ControllerToHost:
+			p.Data = k.out
+		case nvmeof.Bidirectional:
+			p.Payload, p.Data = k.in, k.out
+		}
+		err = ctrl.Exec(ctx, p)
+		k.n, k.dw1, k.dw0 = p.N, p.CQE.DW1, p.CQE.DW0
+		p.Payload, p.Data = nil, nil
+		if err != nil && k.idem && errors.Is(err, host.ErrControllerLost) && ctrl.State() == host.StateDead &&
+			time.Now().Before(deadline) && !c.closed.Load() && ctx.Err() == nil {
+			c.log.Debug("capfs: the connection was given up early; dialing again", "op", proto.OpName(k.op), "err", err)
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+			continue
+		}
+		if err != nil {
+			return c.transportError(k.op, err)
+		}
+		if k.dw0 != 0 && !k.noErrno {
+			return syscall.Errno(k.dw0)
+		}
+		return nil
 	}
-	if k.dw0 != 0 && !k.noErrno {
-		return syscall.Errno(k.dw0)
-	}
-	return nil
 }
 
 // transportError maps what the host library reports to an errno.
@@ -470,7 +507,7 @@ func (c *Client) OpenAttr(ctx context.Context, ino Ino, flags int) (Handle, Attr
 
 // Release closes a handle.
 func (c *Client) Release(ctx context.Context, ino Ino, h Handle) error {
-	return c.do(ctx, &call{op: proto.OpRelease, a0: uint64(ino), a1: uint64(h), idem: true})
+	return c.do(ctx, &call{op: proto.OpRelease, a0: uint64(ino), a1: uint64(h)})
 }
 
 // Read reads at off into p; the count is short only at the end of the

@@ -62,12 +62,16 @@
 // The client rides on the host library's reconnect: while the target is
 // away, operations wait, up to WithReconnectTimeout (the host's
 // controller-loss timeout), and then fail with EIO; none waits longer.
-// A command in flight at a loss is sent again after the reconnect only if
-// it is idempotent (lookups, reads, writes at an offset, attribute
-// changes, listings, release); the others (create, mkdir, unlink, rename,
-// link, append, setxattr with flags) fail with EIO, since they may or may
-// not have run. Once the host library has given up, the next operation
-// dials again, for up to the reconnect timeout. A target that stops
+// A command in flight at a loss is sent again after the reconnect: it is
+// idempotent (lookups, reads, writes at an offset, attribute changes,
+// listings), or it carries a request ID (create, mkdir, unlink, rename,
+// link, open, release, append, setxattr with flags ...) and the server
+// answers one it has run with that run's outcome instead of running it
+// again (it remembers the last 4096; a target restart forgets them, so a
+// create resent to a restarted target may find its own file: EEXIST).
+// When the host library gives up on a connection early (a reconnect
+// refused for good) an operation dials again and resends, within its
+// reconnect timeout; after the timeout the next operation dials again. A target that stops
 // answering without dropping the connection is noticed by the host
 // library's keep-alive (within 3×KATO, 15 s by default) or I/O timeout
 // (30 s); the reconnect timeout runs from then. Handles are kept by the

@@ -59,7 +59,7 @@ func reservedSet(cmd *nvmeof.Command) bool {
 	check := func(bit uint8, v uint32) bool { return used&bit == 0 && v != 0 }
 	return check(useIno, cmd.CDW10|cmd.CDW11) || check(use12, cmd.CDW12) || check(use13, cmd.CDW13) ||
 		check(use14, cmd.CDW14) || check(use15, cmd.CDW15) ||
-		cmd.Opcode != proto.OpFallocate && cmd.CDW2|cmd.CDW3 != 0 ||
+		cmd.Opcode != proto.OpFallocate && !proto.HasRequestID(cmd.Opcode) && cmd.CDW2|cmd.CDW3 != 0 ||
 		cmd.Opcode == proto.OpWrite && cmd.CDW14&^proto.WriteAppend != 0 ||
 		cmd.Opcode == proto.OpFsync && cmd.CDW14&^proto.FsyncData != 0
 }
@@ -101,6 +101,18 @@ func (s *Server) PrepareVendor(cmd *nvmeof.Command, dataLen, payloadLen int) nvm
 // ExecuteVendor implements target.VendorHandler: it runs one file
 // operation and puts its errno in DW0 and the reply length in DW1.
 func (s *Server) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
+	var r *reply
+	if id := proto.Join(c.Cmd.CDW2, c.Cmd.CDW3); id != 0 && proto.HasRequestID(c.Cmd.Opcode) {
+		var first bool
+		if r, first = s.replies.begin(id); !first {
+			// Sent again: answer with the first run's outcome.
+			<-r.done
+			c.DW0 = r.errno
+			c.N = copy(c.Data, r.data)
+			c.DW1 = uint32(c.N)
+			return nvmeof.StatusSuccess
+		}
+	}
 	n, err := s.execute(c)
 	c.DW0 = uint32(errnoOf(err))
 	if err != nil {
@@ -110,6 +122,9 @@ func (s *Server) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
 		n = 0
 	}
 	c.N, c.DW1 = n, uint32(n)
+	if r != nil {
+		s.replies.finish(r, c.DW0, c.Data[:n])
+	}
 	return nvmeof.StatusSuccess
 }
 

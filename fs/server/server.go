@@ -80,6 +80,8 @@ type Server struct {
 	open       map[uint64]int    // ino → open handles
 	nextHandle uint64
 
+	replies replyCache // outcomes by request ID
+
 	used   atomic.Int64 // bytes of file data allocated: chunks × BlockSize + inline bytes
 	inodes atomic.Int64
 	closed atomic.Bool

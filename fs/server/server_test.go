@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/fs/internal/proto"
+	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/nvmeof/target"
 )
 
 const root = 1
@@ -318,4 +320,42 @@ func TestGroupCommit(t *testing.T) {
 	require.Equal(t, uint32(2+n), a.Nlink)
 	require.Equal(t, 1, s.Stats().Handles, "the one create's handle")
 	checkInvariants(t, s)
+}
+
+// TestRequestIDs: a command sent again with the same request ID is
+// answered with the first run's outcome, not run twice.
+func TestRequestIDs(t *testing.T) {
+	s := newServer(t, testOptions())
+	run := func(op nvmeof.Opcode, id uint64, name string) (uint32, []byte) {
+		cmd := nvmeof.Command{Opcode: op, NSID: 1, CDW2: proto.Lo(id), CDW3: proto.Hi(id)}
+		if op == proto.OpMkdir {
+			cmd.CDW14 = 0o755
+		}
+		proto.SetArgs(&cmd, root, 0)
+		vc := target.VendorCommand{Cmd: &cmd}
+		if op.Direction() == nvmeof.HostToController {
+			vc.Data = []byte(name)
+		} else {
+			vc.Payload, vc.Data = []byte(name), make([]byte, proto.AttrSize)
+		}
+		require.True(t, s.PrepareVendor(&cmd, len(vc.Data), len(vc.Payload)).Success())
+		require.True(t, s.ExecuteVendor(&vc).Success())
+		return vc.DW0, vc.Data[:vc.N]
+	}
+	errno, first := run(proto.OpMkdir, 7<<32|1, "d")
+	require.Zero(t, errno)
+	errno, again := run(proto.OpMkdir, 7<<32|1, "d")
+	require.Zero(t, errno, "the same request again: the first outcome")
+	require.Equal(t, first, again)
+	errno, _ = run(proto.OpMkdir, 7<<32|2, "d")
+	require.Equal(t, uint32(syscall.EEXIST), errno, "a new request runs")
+	errno, _ = run(proto.OpRmdir, 7<<32|3, "d")
+	require.Zero(t, errno)
+	errno, _ = run(proto.OpRmdir, 7<<32|3, "d")
+	require.Zero(t, errno, "a removal sent again succeeds as the first did")
+	errno, _ = run(proto.OpRmdir, 7<<32|4, "d")
+	require.Equal(t, uint32(syscall.ENOENT), errno)
+	// Reserved for idempotent operations.
+	cmd := nvmeof.Command{Opcode: proto.OpGetAttr, NSID: 1, CDW10: 1, CDW2: 5}
+	require.Equal(t, nvmeof.StatusInvalidField, s.PrepareVendor(&cmd, proto.AttrSize, 0))
 }

@@ -60,8 +60,19 @@
 // the server finds); FSYNC flags bit 0 is datasync; RENAME flags are
 // renameat2's (NOREPLACE 1, EXCHANGE 2); SETXATTR flags are setxattr's
 // (CREATE 1, REPLACE 2); FALLOCATE mode is fallocate's (KEEP_SIZE 1,
-// PUNCH_HOLE 2). Fields marked "-" and CDW2-3 outside FALLOCATE are
-// reserved: zero. The handle of RELEASE is the one CREATE or OPEN returned.
+// PUNCH_HOLE 2). Fields marked "-" are reserved: zero. The handle of
+// RELEASE is the one CREATE or OPEN returned.
+//
+// CDW2-3 (outside FALLOCATE) carry a request ID for the operations that
+// running twice would not leave as running once: CREATE, MKDIR, MKNOD,
+// SYMLINK, LINK, UNLINK, RMDIR, RENAME, OPEN, RELEASE, WRITE with append,
+// SETXATTR and REMOVEXATTR; zero for none, and zero for every other operation. The
+// server remembers the outcome of the last 4096 IDs it ran; a command
+// whose ID it remembers is not run again but answered with the first
+// run's errno and reply (or, while the first still runs, once it is
+// done). So a host may send such a command again after a lost connection
+// and get the answer of the one run. A client draws the top 32 bits of
+// its IDs at random and counts the low 32.
 //
 // # Completions and errors
 //

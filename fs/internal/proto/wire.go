@@ -125,6 +125,17 @@ const (
 	OpenReplyLen   = HandleSize + AttrSize
 )
 
+// HasRequestID reports whether an operation carries a request ID in
+// CDW2-3 (protocol.go): those that are not idempotent.
+func HasRequestID(op nvmeof.Opcode) bool {
+	switch op {
+	case OpCreate, OpMkdir, OpMknod, OpSymlink, OpLink, OpUnlink, OpRmdir, OpRename, OpOpen, OpRelease,
+		OpWrite, OpSetXattr, OpRemoveXattr:
+		return true
+	}
+	return false
+}
+
 // Ino splits and joins the 64-bit fields of CDW10-11 and CDW12-13.
 func Lo(v uint64) uint32            { return uint32(v) }
 func Hi(v uint64) uint32            { return uint32(v >> 32) }
