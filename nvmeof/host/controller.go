@@ -190,13 +190,29 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Controller, error) 
 		c.cancel()
 		return nil, err
 	}
-	c.assoc = a
-	c.state = StateLive
-	c.live.Store(a)
 	c.kaReq = &Request{Op: opRaw, raw: &rawCommand{}, Done: c.keepAliveDone}
 	c.kaReq.raw.sqe.Opcode = nvmeof.AdminKeepAlive
 	c.timerDone = make(chan struct{})
+	// The queues' goroutines already run: publish under mu, which
+	// queueFailed reads the state under.
+	c.mu.Lock()
+	c.assoc = a
+	c.state = StateLive
+	c.live.Store(a)
+	c.mu.Unlock()
 	go c.timerLoop()
+	// A queue that failed before the association was live found no live
+	// association to declare lost; declare it now (c.fail does nothing
+	// if a queue's own report got there first).
+	for _, q := range append([]*queue{a.admin}, a.io...) {
+		q.mu.Lock()
+		stopped, cause := q.stopped, q.cause
+		q.mu.Unlock()
+		if stopped {
+			c.fail(a, cause)
+			break
+		}
+	}
 	c.log.Debug("nvmeof/host: connected", "cntlid", a.cntlid, "queues", len(a.io), "depth", a.io[0].inFlight)
 	return c, nil
 }
