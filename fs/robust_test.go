@@ -175,6 +175,10 @@ func TestCutsDuringChanges(t *testing.T) {
 			ctx := context.Background()
 			stop := make(chan struct{})
 			cutter := make(chan int)
+			cutEvery := 15 * time.Millisecond
+			if raceEnabled {
+				cutEvery = 50 * time.Millisecond
+			}
 			go func() {
 				n := 0
 				defer func() { cutter <- n }()
@@ -182,13 +186,16 @@ func TestCutsDuringChanges(t *testing.T) {
 					select {
 					case <-stop:
 						return
-					case <-time.After(15 * time.Millisecond):
+					case <-time.After(cutEvery):
 					}
 					inj.Cut()
 					n++
 				}
 			}()
-			const files = 60
+			files := 60
+			if raceEnabled {
+				files = 16
+			}
 			for i := range files {
 				name := fmt.Sprintf("f%03d", i)
 				a, h, err := c.Create(ctx, capfs.RootIno, name, 0o644, uid, gid, syscall.O_RDWR|syscall.O_EXCL)
