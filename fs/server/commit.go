@@ -66,11 +66,11 @@ func (s *Server) committer() {
 			}
 		}
 		if len(batch) == 1 {
-			req.err <- s.db.Update(req.fn)
+			req.err <- s.runUpdate(req.fn)
 			continue
 		}
 		failed := false
-		err := s.db.Update(func(tx *bolt.Tx) error {
+		err := s.runUpdate(func(tx *bolt.Tx) error {
 			for i, r := range batch {
 				if errs[i] = r.fn(tx); errs[i] != nil {
 					failed = true
@@ -86,7 +86,7 @@ func (s *Server) committer() {
 			}
 		case failed:
 			for _, r := range batch {
-				r.err <- s.db.Update(r.fn)
+				r.err <- s.runUpdate(r.fn)
 			}
 		default:
 			for _, r := range batch {
@@ -95,4 +95,11 @@ func (s *Server) committer() {
 		}
 		clear(batch)
 	}
+}
+
+// runUpdate runs one writing transaction under txMu.
+func (s *Server) runUpdate(fn func(*bolt.Tx) error) error {
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	return s.db.Update(fn)
 }

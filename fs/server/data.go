@@ -524,12 +524,15 @@ func (s *Server) openIno(ino uint64, flags uint32) (uint64, proto.Attr, error) {
 			return 0, proto.Attr{}, err
 		}
 	}
-	// The handle counts from inside the transaction, so that an unlink
-	// committed after it sees the file open; a grouped commit may run the
-	// function again, and registering h twice is registering it once.
+	// The check and the handle's registration happen between writing
+	// transactions (under txMu, which the committer holds around each),
+	// so that an unlink committed later sees the file open, and one
+	// committed earlier made it ENOENT here. Opening writes nothing, so
+	// it costs no commit.
 	h := s.allocHandle()
 	var a proto.Attr
-	err = s.update(func(tx *bolt.Tx) error {
+	s.txMu.Lock()
+	err = s.db.View(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -541,9 +544,7 @@ func (s *Server) openIno(ino uint64, flags uint32) (uint64, proto.Attr, error) {
 		a = s.attrOf(ino, n)
 		return nil
 	})
-	if err != nil {
-		s.dropHandle(h)
-	}
+	s.txMu.Unlock()
 	return h, a, err
 }
 

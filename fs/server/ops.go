@@ -616,7 +616,7 @@ func (s *Server) allocHandle() uint64 {
 	return s.nextHandle
 }
 
-// registerHandle opens h on ino; registering it again changes nothing.
+// registerHandle opens h on ino.
 func (s *Server) registerHandle(h, ino uint64) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
@@ -625,21 +625,6 @@ func (s *Server) registerHandle(h, ino uint64) {
 	}
 	s.handles[h] = ino
 	s.open[ino]++
-}
-
-// dropHandle forgets h if it was registered (an open whose transaction
-// failed after a grouped run registered it).
-func (s *Server) dropHandle(h uint64) {
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	ino, ok := s.handles[h]
-	if !ok {
-		return
-	}
-	delete(s.handles, h)
-	if s.open[ino]--; s.open[ino] == 0 {
-		delete(s.open, ino)
-	}
 }
 
 // release closes a handle; the last one of an unlinked file deletes it.

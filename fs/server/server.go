@@ -91,6 +91,10 @@ type Server struct {
 	commits       chan *commitReq
 	commitMu      sync.RWMutex
 	committerDone chan struct{}
+	// txMu is held around every writing transaction of the committer,
+	// and by an open around its check and the registration of its handle
+	// (data.go, openIno). Taken after a data lock, before hmu.
+	txMu sync.Mutex
 
 	// dirty is set when file data changes and cleared by a sync; the
 	// syncer goroutine syncs when it finds it set, until stopSync closes.
