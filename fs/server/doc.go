@@ -115,8 +115,10 @@
 // (commit.go); bbolt lets readers run beside them. Data operations
 // of one inode (write, truncate, punch, deleting its chunks) hold its data
 // lock (a striped RWMutex) exclusively and reads hold it shared; the data
-// lock is taken before any transaction and never two at once; hmu (the
-// handle table) is a leaf taken inside transactions.
+// lock is taken before any transaction and never two at once. Lock
+// order: a data lock, then txMu (held around each writing transaction,
+// and by OPEN around its check and the registration of its handle, which
+// so need no commit of their own), then hmu (the handle table, a leaf).
 //
 // # Sharp edges
 //
