@@ -152,6 +152,24 @@
 // notices EOF. Lock order: qp.sqMu, then the peer view's mu, then pd.mu;
 // qp.rqMu and srq.mu are taken alone; errMu is a leaf.
 //
+// # Race detector
+//
+// The race detector does not see the shared memory: a Send that the peer
+// answers orders, in fact, the posting goroutine before the goroutine that
+// polls the answer's completion, but no Go synchronisation connects them.
+// In -race builds (race_on.go) every PostSend and PostRecv, and the RX
+// goroutine after it copied queued Sends into the ring, performs a merging
+// release (runtime.RaceReleaseMerge) on one package-wide address, and
+// every Recv completion and signaled or failed send completion acquires
+// it (runtime.RaceAcquire) before it is pushed to the CQ, whose lock then
+// carries the edge to Poll. So whatever a goroutine wrote or read before
+// posting happens before whatever any goroutine of this process does after
+// polling a later completion, on any QP: the peer may have acted on the
+// post before causing that completion (one queue's Send answered through
+// another queue, say). Data the provider copies into a Recv or by Read
+// reaches the poller through the CQ's lock. Without -race (race_off.go)
+// the two calls are empty and inlined away.
+//
 // # Sharp edges
 //
 //   - Trusted peers only (above).

@@ -89,6 +89,7 @@ func (q *qp) PostRecv(wrs []rdma.RecvWR) error {
 	if q.rnrWait.Load() || q.State() == rdma.StateError {
 		q.wake()
 	}
+	raceRelease()
 	return perr
 }
 
@@ -178,6 +179,7 @@ func (s *srq) PostRecv(wrs []rdma.RecvWR) error {
 			q.wake()
 		}
 	}
+	raceRelease()
 	return perr
 }
 

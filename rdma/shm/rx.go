@@ -99,6 +99,7 @@ func (q *qp) rxStep() (worked bool, deadline time.Time) {
 		q.pumpLocked()
 		q.retireLocked()
 		q.sqMu.Unlock()
+		raceRelease() // pumpLocked may have read Send SGEs
 		worked = true
 	}
 	w, dl := q.rxRing()
@@ -256,6 +257,7 @@ func (q *qp) completeRecv(e entry, st rdma.WCStatus) bool {
 		}
 	}
 	rx.have = false
+	raceAcquire()
 	if !q.rcq.Push(wc) {
 		q.fail(rdma.GeneralErr, 0, rdma.WRFlushErr, 0)
 		return false

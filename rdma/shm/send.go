@@ -180,6 +180,7 @@ func (q *qp) PostSend(wrs []rdma.SendWR) error {
 	}
 	q.pumpLocked()
 	q.retireLocked()
+	raceRelease()
 	return perr
 }
 
@@ -359,6 +360,7 @@ func (q *qp) retireLocked() {
 			break
 		}
 		if s.signaled || s.status != rdma.Success {
+			raceAcquire()
 			if !q.scq.Push(rdma.WC{ID: s.id, Status: s.status, Opcode: s.wcOp, QPNum: q.num, ByteLen: s.byteLen}) {
 				q.fail(rdma.GeneralErr, 0, rdma.WRFlushErr, 0)
 			}
