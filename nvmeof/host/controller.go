@@ -347,10 +347,61 @@ func (c *Controller) connect(ctx context.Context) (a *association, err error) {
 			return a, err
 		}
 		if _, err = q.fabricsConnect(ctx, c.subNQN, a.cntlid, 0); err != nil {
-			return a, err
+			return a, a.ioConnectFailed(ctx, err)
 		}
 	}
 	return a, nil
+}
+
+// ioConnectFailed looks at an I/O queue's failed Connect. A refusal with
+// DNR names the controller the admin queue has just created; if that
+// controller is gone (its admin queue no longer answers Property Get
+// CSTS, or reports a fatal status), the refusal says only that the
+// association died during its setup, as when the admin queue is cut
+// before the I/O queues connect and the controller refuses the CNTLID
+// it has just torn down: a *setupLostError, which a reconnect counts as
+// one failed attempt. Otherwise the refusal stands.
+func (a *association) ioConnectFailed(ctx context.Context, err error) error {
+	var ce *ConnectError
+	if !errors.As(err, &ce) || !ce.Status.DNR() {
+		return err
+	}
+	v, perr := a.admin.propertyGet(ctx, nvmeof.PropertyCSTS)
+	if perr == nil && !nvmeof.CSTS(v).CFS() {
+		return err
+	}
+	if perr == nil {
+		perr = errors.New("CSTS.CFS set")
+	}
+	return &setupLostError{refused: err, lost: perr}
+}
+
+// setupLostError is an association that was lost while the host set it
+// up: a refusal the controller gave, and what showed that the
+// controller behind it was gone.
+type setupLostError struct {
+	refused, lost error
+}
+
+func (e *setupLostError) Error() string {
+	return fmt.Sprintf("nvmeof/host: controller lost during its setup: %v; then the admin queue: %v", e.refused, e.lost)
+}
+
+// Unwrap returns the refusal and the loss.
+func (e *setupLostError) Unwrap() []error { return []error{e.refused, e.lost} }
+
+// stableRefusal reports whether a failed connect is one that trying
+// again cannot change: a Connect refused with DNR (the host not allowed,
+// the subsystem unknown, a parameter refused) by a controller that still
+// exists. An I/O queue's refusal by a controller that died during the
+// setup (*setupLostError) is not one, nor is any other failure.
+func stableRefusal(err error) bool {
+	var lost *setupLostError
+	if errors.As(err, &lost) {
+		return false
+	}
+	var ce *ConnectError
+	return errors.As(err, &ce) && ce.Status.DNR()
 }
 
 // State returns the controller's state.
@@ -604,7 +655,9 @@ func (c *Controller) lostLocked(cause error) {
 
 // recover closes the lost association (its requests are parked) and
 // reconnects with backoff until it succeeds, the controller-loss timeout
-// passes, the controller refuses the host for good, or Close is called.
+// passes, the controller refuses the host for good (stableRefusal), or
+// Close is called. Any other failed attempt, including an association
+// lost before its setup completed, is followed by another.
 func (c *Controller) recover(old *association, cause error, done chan struct{}) {
 	defer close(done)
 	old.close()
@@ -650,8 +703,7 @@ func (c *Controller) recover(old *association, cause error, done chan struct{}) 
 		}
 		lastErr = err
 		c.log.Warn("nvmeof/host: reconnect failed", "attempt", attempt, "err", err)
-		var ce *ConnectError
-		if errors.As(err, &ce) && ce.Status.DNR() {
+		if stableRefusal(err) {
 			c.die(fmt.Errorf("the controller refused the host (lost: %w): %w", cause, err))
 			return
 		}

@@ -174,9 +174,20 @@
 //   - The host reconnects (a whole new association, CNTLID FFFFh) after
 //     WithReconnectDelay, doubling the delay up to its maximum, until it
 //     succeeds or WithCtrlLossTimeout (default 60 s) has passed since the
-//     loss; a Connect refused with DNR (the host is not allowed, the
-//     subsystem is gone) ends the attempts at once. Each namespace in use
-//     is identified again; one whose size or block size changed fails its
+//     loss. Any failed attempt is followed by another, including one whose
+//     new association died during its setup; only a refusal that another
+//     attempt would meet again ends the attempts at once: a Connect
+//     refused with DNR on the admin queue (the host is not allowed, the
+//     subsystem is gone), or on an I/O queue by a controller that is
+//     still there. An I/O queue's Connect refused with DNR because the
+//     controller the admin queue had just created is gone (its admin
+//     queue was cut before the I/O queues connected, so the controller
+//     was torn down and its CNTLID is unknown) is one failed attempt: the
+//     host checks, with a Property Get of CSTS on the admin queue, which
+//     of the two it was. (A Linux host ends reconnecting on any DNR
+//     status; this host is more patient only where the refusal's cause
+//     is known to be the lost association.) Each namespace in use is
+//     identified again; one whose size or block size changed fails its
 //     requests with ErrNamespaceChanged.
 //   - Once reconnected, the waiting requests are issued again, their
 //     interrupted ranges first. When the host gives up, they fail with

@@ -350,3 +350,105 @@ func TestRequestsNeverHang(t *testing.T) {
 	t.Logf("%d requests succeeded, %d failed with the controller lost", ok.Load(), lost.Load())
 	assert.Equal(t, int64(160), ok.Load()+lost.Load())
 }
+
+// TestReconnectAssociationDiesDuringSetup: during a reconnect the new
+// controller's admin queue is cut after its Connect and setup succeeded
+// and before the I/O queues connect, so the responder, having torn that
+// controller down, refuses the I/O queue's Connect with Connect Invalid
+// Parameters (CNTLID) and DNR. That refusal is one failed attempt: the
+// host tries again, and the requests that were in flight complete.
+func TestReconnectAssociationDiesDuringSetup(t *testing.T) {
+	forEachTransport(t, true, func(t *testing.T, url string) {
+		r := newResponder(t, url, 4<<20, 4096)
+		inj := fault.For(r.url)
+		c := dialResponder(t, r, WithQueues(2), WithQueueDepth(16), WithCtrlLossTimeout(20*time.Second),
+			WithReconnectDelay(10*time.Millisecond, 100*time.Millisecond))
+		info, err := c.Info()
+		require.NoError(t, err)
+		first := info.CNTLID
+		var killed atomic.Int64
+		r.mu.Lock()
+		r.ioConnect = func(qid, cntlid uint16) {
+			// Called with r.mu held. Once, on the first I/O queue of
+			// the first association made by a reconnect.
+			if cntlid == first || killed.Load() > 0 {
+				return
+			}
+			killed.Add(1)
+			for conn := range r.conns {
+				if conn.qid == 0 && conn.ctrl != nil && conn.ctrl.cntlid == cntlid {
+					conn.qp.SetError()
+				}
+			}
+			delete(r.ctrls, cntlid)
+		}
+		r.mu.Unlock()
+		ns, err := c.Namespace(1)
+		require.NoError(t, err)
+		errs := writeRound(t, ns, 4<<20, 4096, 32, 1, false, cutAt(inj, 40))
+		if len(errs) > 0 {
+			t.Fatalf("%d requests failed; every one should survive the cut and the failed attempt; the first: %v", len(errs), errs[0])
+		}
+		checkRound(t, ns, 4<<20, 1)
+		assert.Equal(t, int64(1), killed.Load(), "a reconnect's new association was torn down during its setup")
+		assert.Equal(t, StateLive, c.State())
+		st := c.Stats()
+		assert.Equal(t, uint64(1), st.Losses)
+		assert.Equal(t, uint64(1), st.Reconnects, "the attempt after the failed one succeeded")
+		assert.Positive(t, st.Resubmitted)
+		assert.Zero(t, st.FailedOnLoss)
+	})
+}
+
+// TestReconnectRefusedForGood: after a loss the subsystem no longer
+// allows the host; its admin queue's Connect is refused with Connect
+// Invalid Host and DNR, which retrying cannot change, and the host gives
+// up at once instead of at the controller-loss timeout.
+func TestReconnectRefusedForGood(t *testing.T) {
+	r := newResponder(t, listenURLs(true)[0], 1<<20, 512)
+	inj := fault.For(r.url)
+	c := dialResponder(t, r, WithCtrlLossTimeout(time.Hour), WithReconnectDelay(10*time.Millisecond, 50*time.Millisecond))
+	ns, err := c.Namespace(1)
+	require.NoError(t, err)
+	r.mu.Lock()
+	r.allow = []string{"nqn.2024-01.io.capsule:someone-else"}
+	r.mu.Unlock()
+	inj.Cut()
+	waitFor(t, 10*time.Second, "the host to give up", func() bool { return c.State() == StateDead })
+	_, err = ns.ReadAt(make([]byte, 512), 0)
+	require.ErrorIs(t, err, ErrControllerLost)
+	require.ErrorIs(t, err, nvmeof.StatusConnectInvalidHost)
+	var ce *ConnectError
+	require.ErrorAs(t, err, &ce)
+	assert.Zero(t, ce.QID, "refused on the admin queue")
+}
+
+// TestReconnectIOQueueRefusedForGood: after a loss an I/O queue's Connect
+// is refused with DNR while the controller that refused it is alive (its
+// admin queue still answers): a refusal another attempt would get again,
+// so the host gives up at once, as it does when the admin queue's Connect
+// is refused.
+func TestReconnectIOQueueRefusedForGood(t *testing.T) {
+	r := newResponder(t, listenURLs(true)[0], 1<<20, 512)
+	inj := fault.For(r.url)
+	c := dialResponder(t, r, WithCtrlLossTimeout(time.Hour), WithReconnectDelay(10*time.Millisecond, 50*time.Millisecond))
+	ns, err := c.Namespace(1)
+	require.NoError(t, err)
+	r.mu.Lock()
+	r.ioConnect = func(qid, cntlid uint16) {
+		// Called with r.mu held: the I/O queue names a controller the
+		// responder no longer knows, and its admin queue stays up.
+		delete(r.ctrls, cntlid)
+	}
+	r.mu.Unlock()
+	inj.Cut()
+	waitFor(t, 10*time.Second, "the host to give up", func() bool { return c.State() == StateDead })
+	_, err = ns.ReadAt(make([]byte, 512), 0)
+	require.ErrorIs(t, err, ErrControllerLost)
+	require.ErrorIs(t, err, nvmeof.StatusConnectInvalidParameters)
+	var ce *ConnectError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, uint16(1), ce.QID)
+	var lost *setupLostError
+	assert.False(t, errors.As(err, &lost), "the controller was alive when it refused")
+}

@@ -48,6 +48,9 @@ type responder struct {
 	tweak func(*nvmeof.IdentifyController)
 	// rejectCM, when set, rejects connections with this status.
 	rejectCM nvmeof.RDMACMStatus
+	// ioConnect, when set, runs under mu as an I/O queue's Connect
+	// arrives, before the controller it names is looked up.
+	ioConnect func(qid, cntlid uint16)
 
 	keepAlives atomic.Int64
 	memMu      sync.Mutex // guards writes to ns's bytes
@@ -430,6 +433,9 @@ func (c *respConn) fabrics(cmd *nvmeof.Command, rest []byte, rec *recording) boo
 			r.ctrls[fc.cntlid] = fc
 			c.ctrl = fc
 		} else {
+			if r.ioConnect != nil {
+				r.ioConnect(x.QID, cd.CNTLID)
+			}
 			fc := r.ctrls[cd.CNTLID]
 			if fc == nil || fc.hostNQN != cd.HostNQN || !fc.csts.RDY() {
 				return c.replyLocked(cmd, nvmeof.StatusConnectInvalidParameters.WithDNR(),
