@@ -38,20 +38,20 @@ trap cleanup EXIT
 # start LOG READY CMD... runs CMD in the background and waits for a
 # stdout line starting with READY.
 start() {
-	local log="$1" ready="$2"
+	local log="$1" ready="$2" what="$3"
 	shift 2
 	"$@" >"$log" 2>"$log.err" &
 	pids+=($!)
 	for _ in $(seq 300); do
-		if grep -q "^$ready" "$log"; then return 0; fi
+		if grep -q "^$ready" "$log" 2>/dev/null; then return 0; fi
 		if ! kill -0 "${pids[-1]}" 2>/dev/null; then
-			echo "fusebench: $1 exited:" >&2
+			echo "fusebench: $what exited:" >&2
 			cat "$log.err" >&2
 			exit 1
 		fi
 		sleep 0.1
 	done
-	echo "fusebench: $1 not ready after 30s" >&2
+	echo "fusebench: $what not ready after 30s" >&2
 	cat "$log.err" >&2
 	exit 1
 }
