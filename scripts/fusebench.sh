@@ -28,9 +28,15 @@ work="$(mktemp -d /tmp/fusebench.XXXXXX)"
 pids=()
 mounts=()
 cleanup() {
-	for m in "${mounts[@]}"; do fusermount3 -u -z "$m" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
+	# Newest first: the mounts unmount themselves on SIGTERM before the
+	# target they use stops; fusermount3 catches what is left.
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill "${pids[i]}" 2>/dev/null || true
+		wait "${pids[i]}" 2>/dev/null || true
+	done
+	for m in "${mounts[@]}"; do
+		if grep -q " $m " /proc/mounts; then fusermount3 -u -z "$m" || true; fi
+	done
 	rm -rf "$work"
 }
 trap cleanup EXIT
