@@ -96,16 +96,16 @@ func TestTargetReadWrite(t *testing.T) {
 	})
 }
 
-// queuesFor returns n, or 1 for shm and tcp in a race-detector build. In
-// one process the shm provider maps each ring twice, at two addresses, and
-// a TCP socket carries bytes through the kernel, so the race detector
-// cannot see the happens-before edge a Send (or a PDU) carries: a
-// write the target made on one queue's goroutine and a read it makes on
-// another's, ordered only through the host, is reported as a race inside
-// the target's memory device. With one I/O queue every target access runs
-// on one goroutine. (Builds without -race use n everywhere.)
+// queuesFor returns n, or 1 for tcp in a race-detector build. A TCP
+// socket carries bytes through the kernel, so the race detector cannot
+// see the happens-before edge a PDU carries: a write the target made on
+// one queue's goroutine and a read it makes on another's, ordered only
+// through the host, is reported as a race inside the target's memory
+// device. With one I/O queue every target access runs on one goroutine.
+// (The shm provider supplies those edges itself under -race; builds
+// without -race use n everywhere.)
 func queuesFor(url string, n int) int {
-	if raceEnabled && (strings.Contains(url, "shm://") || strings.Contains(url, "tcp://")) {
+	if raceEnabled && strings.Contains(url, "tcp://") {
 		return 1
 	}
 	return n
