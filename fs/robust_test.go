@@ -14,6 +14,7 @@ import (
 	"github.com/capsule-storage/capsule/fs/internal/fstest"
 	"github.com/capsule-storage/capsule/fs/internal/proto"
 	"github.com/capsule-storage/capsule/fs/server"
+	"github.com/capsule-storage/capsule/internal/netfault"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 	"github.com/capsule-storage/capsule/rdma/fault"
@@ -170,7 +171,7 @@ func TestCutsDuringChanges(t *testing.T) {
 	for _, url := range []string{"fault+iwarp://127.0.0.1:0", "fault+tcp://127.0.0.1:0"} {
 		t.Run(fstest.Scheme(url), func(t *testing.T) {
 			tt := fstest.Start(t, url, server.Options{})
-			inj := fault.For(tt.Addr)
+			cut := cutFunc(t, tt.Addr)
 			c := dial(t, tt, capfs.WithReconnectTimeout(20*time.Second))
 			ctx := context.Background()
 			stop := make(chan struct{})
@@ -188,7 +189,7 @@ func TestCutsDuringChanges(t *testing.T) {
 						return
 					case <-time.After(cutEvery):
 					}
-					inj.Cut()
+					cut()
 					n++
 				}
 			}()
@@ -211,7 +212,9 @@ func TestCutsDuringChanges(t *testing.T) {
 			close(stop)
 			cuts := <-cutter
 			require.Positive(t, cuts)
-			t.Logf("%d cuts, %d reconnects", cuts, c.Controller().Stats().Reconnects)
+			reconnects := c.Controller().Stats().Reconnects
+			t.Logf("%d cuts, %d reconnects", cuts, reconnects)
+			require.Positive(t, reconnects, "the cuts reached the connections")
 			var names []string
 			require.NoError(t, c.ReadDir(ctx, capfs.RootIno, 0, false, func(e capfs.DirEntry) bool {
 				if e.Name != "." && e.Name != ".." {
@@ -230,4 +233,17 @@ func TestCutsDuringChanges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cutFunc returns what cuts every connection of the listener at addr: the
+// RDMA fault wrapper's injector, or internal/netfault's for fault+tcp://.
+func cutFunc(t *testing.T, addr string) func() {
+	if strings.HasPrefix(addr, "fault+tcp://") {
+		inj := netfault.For(addr)
+		require.NotNil(t, inj, "no netfault injector for %s", addr)
+		return inj.Cut
+	}
+	inj := fault.For(addr)
+	require.NotNil(t, inj, "no fault injector for %s", addr)
+	return func() { inj.Cut() }
 }
