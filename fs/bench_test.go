@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,7 +42,9 @@ func BenchmarkRead(b *testing.B) {
 				b.SetBytes(int64(size))
 				b.ReportAllocs()
 				off := int64(0)
+				lat := make([]time.Duration, 0, 1<<16)
 				for b.Loop() {
+					t := time.Now()
 					if size < 1<<20 {
 						off = r.Int64N(fileSize/int64(size)) * int64(size)
 					} else {
@@ -50,7 +54,11 @@ func BenchmarkRead(b *testing.B) {
 					if err != nil || n != size {
 						b.Fatalf("read %d at %d: %d, %v", size, off, n, err)
 					}
+					if len(lat) < cap(lat) {
+						lat = append(lat, time.Since(t))
+					}
 				}
+				reportLatency(b, lat)
 			})
 		}
 		require.NoError(b, c.Release(ctx, a.Ino, h))
@@ -131,4 +139,15 @@ func BenchmarkWrite(b *testing.B) {
 		off = (off + int64(len(buf))) % (256 << 20)
 	}
 	require.NoError(b, c.Release(ctx, a.Ino, h))
+}
+
+// reportLatency reports the median and 99th percentile of the measured
+// operations: the mean ns/op hides a tail of scheduler and wake-up delays.
+func reportLatency(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 }

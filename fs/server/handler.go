@@ -98,6 +98,19 @@ func (s *Server) PrepareVendor(cmd *nvmeof.Command, dataLen, payloadLen int) nvm
 	return nvmeof.StatusSuccess
 }
 
+// inlineReadMax is the largest read the queue goroutine runs itself
+// (InlineVendor): a few sectors from the chunkstore's files, normally in
+// the page cache, cost less than the hand-off to a worker and back.
+const inlineReadMax = 16 << 10
+
+// InlineVendor implements target.VendorInliner: reads of at most
+// inlineReadMax run on the queue goroutine. Such a read waits only for a
+// write of the same file holding its data lock, never for another
+// command of the queue.
+func (s *Server) InlineVendor(cmd *nvmeof.Command, dataLen int) bool {
+	return cmd.Opcode == proto.OpRead && dataLen <= inlineReadMax
+}
+
 // ExecuteVendor implements target.VendorHandler: it runs one file
 // operation and puts its errno in DW0 and the reply length in DW1.
 func (s *Server) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {

@@ -359,3 +359,14 @@ func TestRequestIDs(t *testing.T) {
 	cmd := nvmeof.Command{Opcode: proto.OpGetAttr, NSID: 1, CDW10: 1, CDW2: 5}
 	require.Equal(t, nvmeof.StatusInvalidField, s.PrepareVendor(&cmd, proto.AttrSize, 0))
 }
+
+func TestInlineVendorOnlyShortReads(t *testing.T) {
+	s := newServer(t, Options{})
+	read := &nvmeof.Command{Opcode: proto.OpRead}
+	require.True(t, s.InlineVendor(read, 4<<10))
+	require.True(t, s.InlineVendor(read, inlineReadMax))
+	require.False(t, s.InlineVendor(read, inlineReadMax+1))
+	require.False(t, s.InlineVendor(read, 1<<20))
+	require.False(t, s.InlineVendor(&nvmeof.Command{Opcode: proto.OpWrite}, 4<<10))
+	require.False(t, s.InlineVendor(&nvmeof.Command{Opcode: proto.OpCreate}, 4<<10))
+}

@@ -70,6 +70,9 @@ func (r *request) fail(st nvmeof.Status, errLoc int) nvmeof.Status {
 // blocking reports whether executing r may block on a device, so a
 // binding runs it on a worker rather than the queue's goroutine.
 func (r *request) blocking() bool {
+	if r.vendorInline() {
+		return false
+	}
 	return r.h != nil && r.h.device && !r.nonBlockingDevice()
 }
 

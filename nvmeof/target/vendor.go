@@ -28,7 +28,8 @@ import (
 
 // VendorHandler serves the vendor-specific I/O commands of a namespace.
 // Its methods are called concurrently, from queue goroutines and
-// workers.
+// workers. ExecuteVendor runs on a worker unless the handler is also a
+// VendorInliner that says the command may run inline.
 type VendorHandler interface {
 	// PrepareVendor checks a command before any data moves: on the queue
 	// goroutine, doing no I/O. dataLen is what SGL1 describes and
@@ -36,12 +37,25 @@ type VendorHandler interface {
 	// returns success, or the status to refuse the command with (with
 	// DNR; an opcode it does not serve gets Invalid Command Opcode).
 	PrepareVendor(cmd *nvmeof.Command, dataLen, payloadLen int) nvmeof.Status
-	// ExecuteVendor runs the command on a worker; it may block. It returns
+	// ExecuteVendor runs the command on a worker (it may block), or on
+	// the queue goroutine when VendorInliner allows it. It returns
 	// the status to complete with and sets c.DW0, c.DW1 and, for data to
 	// the host, c.N.
 	ExecuteVendor(c *VendorCommand) nvmeof.Status
 	// Sync makes what completed commands did durable (Flush).
 	Sync() error
+}
+
+// VendorInliner is an optional interface of a VendorHandler. InlineVendor
+// reports whether ExecuteVendor of a prepared command is short enough to
+// run on the queue's goroutine rather than on a worker: it does no more
+// than read memory or the page cache and never waits for another command
+// of the same queue. It is called on the queue goroutine, after
+// PrepareVendor accepted the command; dataLen is what SGL1 describes.
+// Running a short command inline saves the hand-off to a worker and back,
+// which for a 4 KiB read costs more than the read.
+type VendorInliner interface {
+	InlineVendor(cmd *nvmeof.Command, dataLen int) bool
 }
 
 // VendorCommand is one vendor-specific command as a VendorHandler sees it.
@@ -92,6 +106,16 @@ func prepareVendor(r *request) nvmeof.Status {
 	}
 	r.dir, r.dataLen = dir, n
 	return nvmeof.StatusSuccess
+}
+
+// vendorInline reports whether r is a vendor-specific command that its
+// namespace's handler lets the queue goroutine run (see VendorInliner).
+func (r *request) vendorInline() bool {
+	if r.cmd.Opcode < 0x80 || r.h != ioHandlers[r.cmd.Opcode] || r.ns == nil || r.ns.vendor == nil {
+		return false
+	}
+	in, ok := r.ns.vendor.(VendorInliner)
+	return ok && in.InlineVendor(&r.cmd, r.dataLen)
 }
 
 // executeVendor runs a vendor-specific command on the namespace's handler.
