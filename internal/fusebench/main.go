@@ -13,7 +13,7 @@
 //	fusebench meta [--files N] DIR
 //	    creates, stats and unlinks N files in DIR and prints each rate
 //	    per second: "meta create=R stat=R unlink=R".
-//	fusebench client --target URL [--nqn NQN] [--rw randread|read] [--bs BYTES] [--runtime D] FILE
+//	fusebench client --target URL [--nqn NQN] [--rw randread|read] [--bs BYTES] [--runtime D] [--create BYTES] FILE
 //	    reads FILE (a name in the root directory) through the Go file
 //	    client alone, one request at a time, and prints "IOPS BYTES/s":
 //	    the mount's cost is the difference to fio through the mount.
@@ -25,6 +25,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -270,6 +271,7 @@ func runClient(args []string) error {
 	rw := fl.String("rw", "randread", "randread or read (sequential)")
 	bs := fl.Int("bs", 4096, "request size in `bytes`")
 	runtime := fl.Duration("runtime", 5*time.Second, "how long to read")
+	create := fl.Int64("create", 0, "first create FILE with this many `bytes` if it does not exist")
 	fl.Parse(args)
 	if fl.NArg() != 1 || *target == "" || *bs <= 0 {
 		usage()
@@ -281,6 +283,12 @@ func runClient(args []string) error {
 	}
 	defer c.Close()
 	a, err := c.Lookup(ctx, capfs.RootIno, fl.Arg(0))
+	if errors.Is(err, syscall.ENOENT) && *create > 0 {
+		err = createFile(ctx, c, fl.Arg(0), *create)
+		if err == nil {
+			a, err = c.Lookup(ctx, capfs.RootIno, fl.Arg(0))
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -296,6 +304,7 @@ func runClient(args []string) error {
 	buf := make([]byte, *bs)
 	r := rand.New(rand.NewPCG(1, 2))
 	var n, next int64
+	cpu0 := cpuTime()
 	start := time.Now()
 	for time.Since(start) < *runtime {
 		off := next
@@ -310,6 +319,36 @@ func runClient(args []string) error {
 		n++
 	}
 	sec := time.Since(start).Seconds()
+	cpu := cpuTime() - cpu0
 	fmt.Printf("%.0f %.0f\n", float64(n)/sec, float64(n)*float64(*bs)/sec)
+	fmt.Fprintf(os.Stderr, "client CPU %.1f us per request (user+system)\n", float64(cpu.Microseconds())/float64(max(n, 1)))
 	return nil
+}
+
+// createFile creates name in the root directory and fills it with size
+// bytes of a pattern, 1 MiB at a time.
+func createFile(ctx context.Context, c *capfs.Client, name string, size int64) error {
+	a, h, err := c.Create(ctx, capfs.RootIno, name, 0o644, uint32(os.Getuid()), uint32(os.Getgid()), syscall.O_RDWR)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		if _, err := c.Write(ctx, a.Ino, h, buf[:min(int64(len(buf)), size-off)], off); err != nil {
+			return err
+		}
+	}
+	return c.Release(ctx, a.Ino, h)
+}
+
+// cpuTime is the user and system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

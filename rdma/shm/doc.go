@@ -70,8 +70,11 @@
 //
 // # Doorbells and polling
 //
-// Each side's provider goroutine (rx.go) spins for rxSpins polls after its
-// last piece of work, yielding now and then, then stores 1 in its
+// Each side's provider goroutine (rx.go) spins for a budget of polls after
+// its last piece of work, yielding now and then: 2000 when the peer is in
+// the same process (the hello's pid), where yielding runs the peer's
+// goroutines, and 100 when it is another process, where every poll takes
+// a CPU from the peer (see rx.go for the numbers). It then stores 1 in its
 // endpoint's doorbell word, checks once more, and sleeps in futex(2) on
 // that word (FUTEX_WAIT without FUTEX_PRIVATE_FLAG, so it works between
 // processes). A producer publishes first and then rings only if the

@@ -45,6 +45,7 @@ type qp struct {
 	conn      *net.UnixConn
 	view      *remoteView
 	rnrBudget time.Duration
+	rxSpins   int // polls before the RX goroutine sleeps (rx.go)
 	local     string
 	remote    string
 	rxDone    chan struct{} // closed when the RX goroutine has flushed and exited
@@ -398,6 +399,10 @@ func (q *qp) attach(side int, blk []byte, ringSize uint32, conn *net.UnixConn, k
 		theirs = 0
 	}
 	q.rnrBudget = max(own, theirs)
+	q.rxSpins = rxSpinsOtherProcess
+	if int(hello.PID) == os.Getpid() {
+		q.rxSpins = rxSpinsSameProcess
+	}
 	q.rqMu.Lock()
 	if q.closed.Load() {
 		q.rqMu.Unlock()
