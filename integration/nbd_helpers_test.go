@@ -114,10 +114,12 @@ func runTool(t *testing.T, name string, args ...string) string {
 
 // fioArgs are the options every fio run here shares: the nbd engine on
 // uri, and fio's verification of what it wrote (crc32c in a header per
-// block, so a verify-only pass later can check it).
+// block, so a verify-only pass later can check it). fio keeps no verify
+// state file: it would write one per job into the working directory, the
+// package's source directory.
 func fioArgs(uri string, extra ...string) []string {
 	return append([]string{"--ioengine=nbd", "--uri=" + uri, "--direct=1", "--verify=crc32c",
-		"--verify_fatal=1", "--group_reporting=1", "--output-format=terse", "--terse-version=3"}, extra...)
+		"--verify_state_save=0", "--verify_fatal=1", "--group_reporting=1", "--output-format=terse", "--terse-version=3"}, extra...)
 }
 
 func sha256File(t *testing.T, path string, n int64) [32]byte {
