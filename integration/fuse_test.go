@@ -313,7 +313,7 @@ func TestFUSELargeDirectory(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(data) })
 	shm := "shm://fuse-bigdir-" + time.Now().Format("150405.000000")
-	startDaemonFrom(t, filepath.Join(bin, "target"), "capsule target ready", "serve", "--listen", shm, "--data", data, "--scrub-rate", "0")
+	startCommand(t, "target", "capsule target ready", []string{filepath.Join(bin, "target"), "serve", "--listen", shm, "--data", data, "--scrub-rate", "0"})
 	m := mountFUSEFrom(t, filepath.Join(bin, "mount"), shm)
 	dir := m.path("big")
 	require.NoError(t, os.Mkdir(dir, 0o755))
@@ -468,7 +468,7 @@ func dialFiles(t *testing.T, url string) *capfs.Client {
 func TestFUSECopyTools(t *testing.T) {
 	bin := plainBinaries(t)
 	shm := "shm://fuse-copy-" + time.Now().Format("150405.000000")
-	startDaemonFrom(t, filepath.Join(bin, "target"), "capsule target ready", "serve", "--listen", shm, "--data", t.TempDir(), "--scrub-rate", "0")
+	startCommand(t, "target", "capsule target ready", []string{filepath.Join(bin, "target"), "serve", "--listen", shm, "--data", t.TempDir(), "--scrub-rate", "0"})
 	m := mountFUSEFrom(t, filepath.Join(bin, "mount"), shm)
 	src := t.TempDir()
 	r := rand.New(rand.NewPCG(3, 3))

@@ -72,45 +72,50 @@ func (l *lockedBuffer) String() string {
 // begins with readyPrefix.
 func startDaemon(t *testing.T, readyPrefix string, args ...string) *daemon {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "target"), args...)
-	cmd.Dir = t.TempDir() // relative defaults such as ./data land here, not in the source tree
+	return startCommand(t, "target", readyPrefix, append([]string{filepath.Join(binDir, "target")}, args...))
+}
+
+// startCommand runs argv (a binary, or `ip netns exec NS` and a binary,
+// which execs it under the same pid) in a temporary directory (relative
+// defaults such as ./data land there, not in the source tree) and waits
+// for a stdout line that begins with readyPrefix; the test stops it by
+// pid (daemon.stop).
+func startCommand(t *testing.T, name, readyPrefix string, argv []string) *daemon {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = t.TempDir()
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	d := &daemon{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = d.stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { d.stop(t) })
-
-	lines := make(chan string)
+	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			lines <- sc.Text()
+			if l := sc.Text(); strings.HasPrefix(l, readyPrefix) {
+				select {
+				case ready <- l:
+				default:
+				}
+			}
 		}
-		close(lines)
 		io.Copy(io.Discard, stdout)
 	}()
 	go func() {
 		d.waitErr = cmd.Wait()
 		close(d.exited)
 	}()
-	deadline := time.After(30 * time.Second)
-	for {
-		select {
-		case l, ok := <-lines:
-			require.True(t, ok, "target exited before it was ready; stderr:\n%s", d.stderr)
-			if strings.HasPrefix(l, readyPrefix) {
-				d.ready = l
-				go func() {
-					for range lines {
-					}
-				}()
-				return d
-			}
-		case <-deadline:
-			t.Fatalf("target not ready after 30s; stderr:\n%s", d.stderr)
-		}
+	select {
+	case d.ready = <-ready:
+		return d
+	case <-d.exited:
+		t.Fatalf("%s exited before it was ready: %v; stderr:\n%s", name, d.waitErr, d.stderr)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s not ready after 60s; stderr:\n%s", name, d.stderr)
 	}
+	return nil
 }
 
 // stop sends SIGTERM to the daemon's pid and requires a clean exit. It

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -35,46 +34,6 @@ func requireTool(t *testing.T, name string) string {
 func startBinary(t *testing.T, name, readyPrefix string, args ...string) *daemon {
 	t.Helper()
 	return startCommand(t, name, readyPrefix, append([]string{filepath.Join(binDir, name)}, args...))
-}
-
-// startCommand runs argv (a binary, or `ip netns exec NS` and a binary,
-// which execs it under the same pid) and waits for its ready line.
-func startCommand(t *testing.T, name, readyPrefix string, argv []string) *daemon {
-	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = t.TempDir()
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	d := &daemon{cmd: cmd, stderr: &lockedBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = d.stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { d.stop(t) })
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if l := sc.Text(); strings.HasPrefix(l, readyPrefix) {
-				select {
-				case ready <- l:
-				default:
-				}
-			}
-		}
-		io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		d.waitErr = cmd.Wait()
-		close(d.exited)
-	}()
-	select {
-	case d.ready = <-ready:
-		return d
-	case <-d.exited:
-		t.Fatalf("%s exited before it was ready: %v; stderr:\n%s", name, d.waitErr, d.stderr)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s not ready after 60s; stderr:\n%s", name, d.stderr)
-	}
-	return nil
 }
 
 // startBridge runs `mount --nbd 127.0.0.1:PORT` (PORT 0: a free one)
