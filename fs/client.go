@@ -553,8 +553,9 @@ func (c *Client) readOne(ctx context.Context, ino Ino, p []byte, off int64) (int
 	return k.n, nil
 }
 
-// Write writes p at off. With the handle's O_APPEND it is written at the
-// end of the file instead (WriteAppend). Writes larger than one command
+// Write writes p at off, whatever flags h was opened with: a caller that
+// wants O_APPEND semantics (the end of the file as the server sees it when
+// it runs the command) calls WriteAppend. Writes larger than one command
 // are split and run in parallel.
 func (c *Client) Write(ctx context.Context, ino Ino, h Handle, p []byte, off int64) (int, error) {
 	return c.write(ctx, ino, p, off, false)
