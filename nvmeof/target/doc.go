@@ -43,6 +43,7 @@
 //	subsystem.go   Subsystem, allow-list, CNTLID allocation
 //	namespace.go   Namespace, derived UUID, NGUID and serial number
 //	controller.go  controller: properties, handshakes, keep-alive, events, error log
+//	workers.go     the per-queue worker pool for commands that may block
 //	queue.go       queue: CIDs in use, commands outstanding, SQHD; the
 //	               queueTransport interface a binding implements
 //	request.go     request: one command in a command slot

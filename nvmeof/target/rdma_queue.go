@@ -81,9 +81,7 @@ type rdmaQueue struct {
 	// the goroutine waits again.
 	batch []rdma.SendWR
 
-	work    chan *rdmaSlot // requests for the workers
-	workers sync.WaitGroup
-	started bool // workers started
+	workers workers[*rdmaSlot] // blocking commands
 
 	// soft ends the poller's wait when a drain is asked for; the target's
 	// context ends it for good.
@@ -111,7 +109,7 @@ func newRDMAQueue(l *rdmaListener, qid uint16, entries int) (_ *rdmaQueue, err e
 		log:        l.log.With("qid", qid),
 		slots:      make([]rdmaSlot, nslots),
 		wcs:        make([]rdma.WC, 64),
-		work:       make(chan *rdmaSlot, nslots),
+		workers:    newWorkers[*rdmaSlot](nslots),
 		batch:      make([]rdma.SendWR, 0, 2*nslots),
 		drainAsked: make(chan struct{}),
 	}
@@ -233,10 +231,7 @@ func (q *rdmaQueue) teardown() {
 		q.closer.Stop()
 	}
 	q.core.closed()
-	if q.started {
-		close(q.work)
-		q.workers.Wait()
-	}
+	q.workers.stop()
 	q.free()
 	q.l.queues.Done()
 	q.log.Debug("queue closed", "err", q.qp.Err())
@@ -383,10 +378,10 @@ func (q *rdmaQueue) proceed(s *rdmaSlot) {
 func (q *rdmaQueue) execute(s *rdmaSlot) {
 	r := &s.req
 	if r.blocking() {
-		if !q.started {
-			q.startWorkers()
+		if !q.workers.started {
+			q.workers.start(q.t.cfg.ioWorkersPerQueue, q.executeOnWorker)
 		}
-		q.work <- s
+		q.workers.work <- s
 		return
 	}
 	if q.core.execute(r) {
@@ -394,18 +389,10 @@ func (q *rdmaQueue) execute(s *rdmaSlot) {
 	}
 }
 
-func (q *rdmaQueue) startWorkers() {
-	q.started = true
-	for range q.t.cfg.ioWorkersPerQueue {
-		q.workers.Add(1)
-		go func() {
-			defer q.workers.Done()
-			for s := range q.work {
-				if q.core.execute(&s.req) {
-					q.respond(&s.req)
-				}
-			}
-		}()
+// executeOnWorker runs a blocking command on a worker.
+func (q *rdmaQueue) executeOnWorker(s *rdmaSlot) {
+	if q.core.execute(&s.req) {
+		q.respond(&s.req)
 	}
 }
 

@@ -104,9 +104,7 @@ type tcpQueue struct {
 	wmu sync.Mutex
 	out [nvmeof.TCPICRespSize]byte
 
-	work    chan *tcpSlot
-	workers sync.WaitGroup
-	started bool // workers started; the reader's
+	workers workers[*tcpSlot] // blocking commands
 
 	drainAsked atomic.Bool
 	closeOnce  sync.Once
@@ -123,17 +121,17 @@ func newTCPQueue(l *tcpListener, c net.Conn) *tcpQueue {
 	nslots := entries * slotsPerEntry
 	icd := max(cfg.inCapsuleDataSize, tcpAdminCapsuleData)
 	q := &tcpQueue{
-		l:      l,
-		t:      l.t,
-		log:    l.log.With("peer", c.RemoteAddr().String()),
-		conn:   c,
-		br:     bufio.NewReaderSize(c, tcpReadBuffer),
-		maxH2C: cfg.maxTransfer,
-		slots:  make([]tcpSlot, nslots),
-		free:   make(chan *tcpSlot, nslots),
-		work:   make(chan *tcpSlot, nslots),
-		pend:   make([]*tcpSlot, 0, nslots),
-		pvec:   make(net.Buffers, 0, 3*nslots),
+		l:       l,
+		t:       l.t,
+		log:     l.log.With("peer", c.RemoteAddr().String()),
+		conn:    c,
+		br:      bufio.NewReaderSize(c, tcpReadBuffer),
+		maxH2C:  cfg.maxTransfer,
+		slots:   make([]tcpSlot, nslots),
+		free:    make(chan *tcpSlot, nslots),
+		workers: newWorkers[*tcpSlot](nslots),
+		pend:    make([]*tcpSlot, 0, nslots),
+		pvec:    make(net.Buffers, 0, 3*nslots),
 	}
 	if cfg.tcpMaxH2CData != 0 {
 		q.maxH2C = cfg.tcpMaxH2CData
@@ -188,10 +186,7 @@ func (q *tcpQueue) teardown() {
 		t.Stop()
 	}
 	q.core.closed()
-	if q.started {
-		close(q.work)
-		q.workers.Wait()
-	}
+	q.workers.stop()
 }
 
 // disconnect implements queueTransport.
@@ -529,10 +524,10 @@ func (q *tcpQueue) onH2CData(h nvmeof.TCPHeader, l nvmeof.TCPLayout) error {
 func (q *tcpQueue) execute(s *tcpSlot) {
 	r := &s.req
 	if r.blocking() {
-		if !q.started {
-			q.startWorkers()
+		if !q.workers.started {
+			q.workers.start(q.t.cfg.ioWorkersPerQueue, q.executeOnWorker)
 		}
-		q.work <- s
+		q.workers.work <- s
 		return
 	}
 	if q.core.execute(r) {
@@ -540,18 +535,10 @@ func (q *tcpQueue) execute(s *tcpSlot) {
 	}
 }
 
-func (q *tcpQueue) startWorkers() {
-	q.started = true
-	for range q.t.cfg.ioWorkersPerQueue {
-		q.workers.Add(1)
-		go func() {
-			defer q.workers.Done()
-			for s := range q.work {
-				if q.core.execute(&s.req) {
-					q.respond(&s.req)
-				}
-			}
-		}()
+// executeOnWorker runs a blocking command on a worker.
+func (q *tcpQueue) executeOnWorker(s *tcpSlot) {
+	if q.core.execute(&s.req) {
+		q.respond(&s.req)
 	}
 }
 
