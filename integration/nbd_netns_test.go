@@ -13,9 +13,9 @@ import (
 )
 
 // netnsTransports are the NVMe-oF transports the several-hosts case runs
-// over. tcp:// joins the list once the NVMe/TCP binding serves: its URL
-// is made the same way (scheme://ADDRESS:4420).
-var netnsTransports = []string{"iwarp"}
+// over: NVMe/RDMA over iwarp:// and NVMe/TCP over tcp://, each URL made
+// the same way (scheme://ADDRESS:4420).
+var netnsTransports = []string{"iwarp", "tcp"}
 
 // requireNetns checks that this process may make network namespaces and
 // veth pairs (root, iproute2); with CI=true it fails when not.
