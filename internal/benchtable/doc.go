@@ -1,19 +1,45 @@
 // Command benchtable reads `go test -bench` output on stdin and prints the
-// ratio table of shared/PERFORMANCE.md: each provider's throughput beside
-// its same-run baseline (shm against memcpy, bar R1; iwarp against one
-// loopback TCP stream, bar R2), the ping-pong latencies beside loopback
-// TCP, the host library's random reads beside fio psync on tmpfs (R3),
-// fio's nbd engine through the NBD bridge beside nbdkit's memory plugin
-// (R5), and allocations per op (R8). scripts/bench.sh writes the fio
-// results as benchmark lines of its own: "BenchmarkBlock/CASE/PATH 1 N
-// IOPS M MB/s".
+// one table of ratios of shared/PERFORMANCE.md, each benchmark beside its
+// same-run baseline:
+//
+//   - R1, R2: each provider's 1 MiB throughput (and 4 KiB, 64 KiB without
+//     a bar) against memcpy (shm) or one loopback TCP stream (iwarp), and
+//     the ping-pongs beside loopback TCP (rdma/conformance).
+//   - R3: the host library's 4 KiB random reads at QD32 (BenchmarkR3's
+//     iwarp-IOPS and shm-IOPS) against fio psync on tmpfs, and shm against
+//     iwarp.
+//   - R4: the QD1 read latencies of BenchmarkR4: iwarp's p50 minus the
+//     TCP round trip's, and shm's p50 alone, each against 15 µs.
+//   - R5: fio's nbd engine through the NBD bridge against nbdkit's memory
+//     plugin.
+//   - R6: fio through the FUSE mount against the null go-fuse file system
+//     (the bar on shm's 4 KiB random and 1 MiB sequential reads; writes,
+//     buffered reads, iwarp and the Go client alone without one), and
+//     metadata rates against go-fuse's loopback of tmpfs, without a bar.
+//   - R7: chunkstore's SeqWrite/4+2 against SeqWrite/1+0 and
+//     SeqRead/degraded against SeqRead/healthy; without a bar, 1+0 against
+//     PlainFile and the store's encoding against reedsolomon.
+//   - R8: allocs/op of every Go benchmark in the last column, with the bar
+//     on BenchmarkDispatch, whose op is one command (R3 and R4 count an op
+//     as a block of reads; nvmeof/host's TestNoAllocationsPerIO checks the
+//     host per I/O). The dispatch rows read each provider's per-command
+//     time against its own 64 B ping-pong.
+//
+// The scripts write what fio and the metadata workload measure as
+// benchmark lines of their own: scripts/bench.sh "BenchmarkBlock/CASE/PATH
+// 1 N IOPS M MB/s" and "BenchmarkR3Baseline/fio-psync-tmpfs 1 N IOPS",
+// scripts/fusebench.sh "BenchmarkFUSE/CASE/MOUNT 1 N IOPS M MB/s" and
+// "BenchmarkFUSEMeta/OP/MOUNT 1 N ops/s".
 //
 //	go test -run '^$' -bench '^Benchmark(Transfer|PingPong)$' -benchmem -count 5 ./rdma/conformance | go run ./internal/benchtable
 //
-// With -count above 1 every figure is the median of the runs. Lines that
-// are not benchmark results are ignored; benchmarks that did not run
-// (a provider not linked in) show as "-". The exit status is 0 unless the
-// input holds no benchmark line at all: the bars are reported, not
-// enforced, since absolute numbers on shared machines move by tens of
-// percent from run to run.
+// Every figure is the median of its runs, and a ratio is that of two
+// medians (for times, the baseline's over the benchmark's, so above 1 is
+// always faster). Lines that are not benchmark results are ignored. A
+// row shows "-" where its benchmark or its baseline did not run (a
+// provider not linked in) and is left out where neither ran, so a partial
+// run (ONLY=block, fusebench.sh alone) prints only what it measured. The
+// exit status is 0 unless the input holds no benchmark line at all: the
+// bars are reported, not enforced, since absolute numbers on shared
+// machines move by tens of percent from run to run.
 package main

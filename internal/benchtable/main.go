@@ -67,12 +67,22 @@ func parse(r io.Reader) (map[string]result, error) {
 
 // A comparison is one line of the table: a benchmark against its baseline.
 type comparison struct {
-	name, base string
-	unit       string  // "MB/s", "IOPS", …: higher is better; "ns/op": lower is better
-	baseUnit   string  // the baseline's unit, when not unit
-	bar        float64 // the ratio to reach, 0 for none
-	id         string  // the bar's id in shared/PERFORMANCE.md
+	name, base string // benchmarks as parse keys them; base "" for a row with no baseline
+	// label and baseLabel name the row and its baseline in the table
+	// when name and base alone do not (one benchmark reporting several
+	// metrics): "R3/shm-IOPS".
+	label, baseLabel string
+	unit             string // "MB/s", "IOPS", …: higher is better; "ns/op" and "-ns" metrics: lower is better
+	baseUnit         string // the baseline's unit, when not unit
+	id               string // the bar's id in shared/PERFORMANCE.md
+	// One kind of bar at most:
+	bar      float64 // the ratio to reach (at least), 0 for none
+	limitNS  float64 // R4: the most value may add to its baseline (or be, with no baseline), in ns
+	noAllocs bool    // R8: allocs/op must be 0
 }
+
+// lowerIsBetter tells whether unit is a time.
+func lowerIsBetter(unit string) bool { return unit == "ns/op" || strings.HasSuffix(unit, "-ns") }
 
 // Block cases and paths of the fio runs of scripts/bench.sh, each
 // against fio on nbdkit's memory plugin run the same way.
@@ -83,9 +93,23 @@ var (
 	r5Cases = map[string]bool{"randread-4KiB": true, "seqread-1MiB": true}
 )
 
+// FUSE cases and mounts of scripts/fusebench.sh, each against the null
+// go-fuse file system run the same way; client-* is the Go file client
+// alone (no FUSE), which fusebench.sh runs for the read cases only.
+// Metadata rates are against go-fuse's loopback of tmpfs.
+var (
+	fuseCases  = []string{"randread-4KiB", "seqread-1MiB", "seqwrite-1MiB", "bufread-1MiB"}
+	fuseMounts = []string{"capsule-shm", "capsule-iwarp", "client-shm", "client-iwarp"}
+	// r6 carries bar R6: the mount over shm, for the two read cases.
+	r6        = map[string]bool{"randread-4KiB/capsule-shm": true, "seqread-1MiB/capsule-shm": true}
+	metaOps   = []string{"create", "stat", "unlink"}
+	metaPaths = []string{"capsule-shm", "capsule-iwarp"}
+)
+
 // comparisons lists the table's lines in order.
 func comparisons() []comparison {
 	var cs []comparison
+	// R1, R2: one stream of each provider against memcpy or one TCP stream.
 	for _, size := range []string{"4KiB", "64KiB", "1MiB"} {
 		for _, t := range []struct {
 			prov, base, id string
@@ -106,9 +130,19 @@ func comparisons() []comparison {
 	for _, prov := range []string{"iwarp", "shm"} {
 		cs = append(cs, comparison{name: "PingPong/" + prov + "/64B", base: "PingPong/tcp/64B", unit: "ns/op"})
 	}
-	// R3: the host library's 4 KiB random reads at QD32 over iwarp
-	// (BenchmarkR3's iwarp-IOPS) against fio psync on tmpfs.
-	cs = append(cs, comparison{name: "R3", base: "R3Baseline/fio-psync-tmpfs", unit: "iwarp-IOPS", baseUnit: "IOPS", bar: 0.25, id: "R3"})
+	// R3: the host library's 4 KiB random reads at QD32 (BenchmarkR3's
+	// metrics): iwarp against fio psync on tmpfs, shm against iwarp.
+	cs = append(cs,
+		comparison{name: "R3", label: "R3/iwarp-IOPS", base: "R3Baseline/fio-psync-tmpfs", unit: "iwarp-IOPS", baseUnit: "IOPS", bar: 0.25, id: "R3"},
+		comparison{name: "R3", label: "R3/shm-IOPS", base: "R3", baseLabel: "R3/iwarp-IOPS", unit: "shm-IOPS", baseUnit: "iwarp-IOPS", bar: 2, id: "R3"},
+	)
+	// R4: p50 of a QD1 4 KiB read (BenchmarkR4's metrics): iwarp at most
+	// 15 µs over a loopback TCP round trip, shm at most 15 µs.
+	cs = append(cs,
+		comparison{name: "R4", label: "R4/iwarp-p50-ns", base: "R4", baseLabel: "R4/tcp-p50-ns", unit: "iwarp-p50-ns", baseUnit: "tcp-p50-ns", limitNS: 15000, id: "R4"},
+		comparison{name: "R4", label: "R4/shm-p50-ns", unit: "shm-p50-ns", limitNS: 15000, id: "R4"},
+	)
+	// R5: fio's nbd engine through the bridge against nbdkit memory.
 	for _, c := range blockCases {
 		for _, p := range blockPaths {
 			cmp := comparison{name: "Block/" + c + "/" + p, base: "Block/" + c + "/nbdkit-memory", unit: "IOPS"}
@@ -118,10 +152,44 @@ func comparisons() []comparison {
 			cs = append(cs, cmp)
 		}
 	}
+	// R6: fio through the FUSE mount against the null go-fuse file system.
+	for _, c := range fuseCases {
+		for _, m := range fuseMounts {
+			cmp := comparison{name: "FUSE/" + c + "/" + m, base: "FUSE/" + c + "/null", unit: "IOPS"}
+			if r6[c+"/"+m] {
+				cmp.bar, cmp.id = 0.70, "R6"
+			}
+			cs = append(cs, cmp)
+		}
+	}
+	for _, op := range metaOps {
+		for _, p := range metaPaths {
+			cs = append(cs, comparison{name: "FUSEMeta/" + op + "/" + p, base: "FUSEMeta/" + op + "/loopback-tmpfs", unit: "ops/s"})
+		}
+	}
+	// R7: the erasure-coded store (chunkstore).
+	cs = append(cs,
+		comparison{name: "SeqWrite/4+2", base: "SeqWrite/1+0", unit: "MB/s", bar: 0.70, id: "R7"},
+		comparison{name: "SeqRead/degraded", base: "SeqRead/healthy", unit: "MB/s", bar: 0.70, id: "R7"},
+		comparison{name: "SeqWrite/1+0", base: "PlainFile", unit: "MB/s"},
+		comparison{name: "Encode/store", base: "Encode/reedsolomon", unit: "MB/s"},
+		comparison{name: "Encode/reedsolomon-purego", base: "Encode/reedsolomon", unit: "MB/s"},
+		comparison{name: "Encode/reedsolomon", base: "Encode/memcpy", unit: "MB/s"},
+	)
+	// R8: the target's dispatch of 4 KiB commands, per command, beside
+	// the provider's own ping-pong; no allocation.
+	for _, prov := range []string{"iwarp", "shm"} {
+		for _, op := range []string{"read", "write"} {
+			for _, qd := range []string{"qd1", "qd32"} {
+				cs = append(cs, comparison{name: "Dispatch/" + prov + "/" + op + "/" + qd, base: "PingPong/" + prov + "/64B", unit: "ns/op", noAllocs: true, id: "R8"})
+			}
+		}
+	}
 	return cs
 }
 
-// render writes the table.
+// render writes the table. A row shows "-" for a benchmark or baseline
+// that did not run, and is left out when neither ran.
 func render(w io.Writer, results map[string]result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "benchmark\tvalue\tbaseline\tvalue\tratio\tbar\tallocs/op")
@@ -132,35 +200,82 @@ func render(w io.Writer, results map[string]result) error {
 		}
 		return v, fmt.Sprintf("%.0f %s", v, unit)
 	}
+	verdict := func(ok bool, miss string) string {
+		if ok {
+			return "ok"
+		}
+		return miss
+	}
 	for _, c := range comparisons() {
 		v, vs := num(results[c.name], c.unit)
 		bu := c.unit
 		if c.baseUnit != "" {
 			bu = c.baseUnit
 		}
-		bv, bs := num(results[c.base], bu)
-		ratio, bar := "-", ""
-		if vs != "-" && bs != "-" && v > 0 && bv > 0 {
-			q := v / bv
-			if c.unit == "ns/op" {
-				q = bv / v // a speed ratio either way: above 1 is faster than the baseline
+		bv, bs, base := 0.0, "", ""
+		if c.base != "" {
+			bv, bs = num(results[c.base], bu)
+			base = c.base
+			if c.baseLabel != "" {
+				base = c.baseLabel
 			}
-			ratio = fmt.Sprintf("%.2f", q)
-			if c.bar > 0 {
-				verdict := "ok"
-				if q < c.bar {
-					verdict = "BELOW"
-				}
-				bar = fmt.Sprintf("%s >= %.2f %s", c.id, c.bar, verdict)
-			}
-		} else if c.bar > 0 {
-			bar = fmt.Sprintf("%s >= %.2f", c.id, c.bar)
 		}
-		_, allocs := num(results[c.name], "allocs/op")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.name, vs, c.base, bs, ratio, bar, strings.TrimSuffix(allocs, " allocs/op"))
+		if vs == "-" && (bs == "" || bs == "-") {
+			continue // neither ran: a part of the run that was left out
+		}
+		label := c.name
+		if c.label != "" {
+			label = c.label
+		}
+		ran := vs != "-" && bs != "-" && v > 0 && (c.base == "" || bv > 0)
+		ratio, bar := "-", ""
+		switch {
+		case c.limitNS > 0:
+			// An added latency (or a latency alone), not a ratio.
+			if c.base == "" {
+				ratio = ""
+				bar = fmt.Sprintf("%s <= %s", c.id, micros(c.limitNS))
+			} else {
+				bar = fmt.Sprintf("%s <= +%s", c.id, micros(c.limitNS))
+			}
+			if ran {
+				d := v - bv
+				if c.base != "" {
+					ratio = fmt.Sprintf("%+.1f µs", d/1e3)
+				}
+				bar += " " + verdict(d <= c.limitNS, "ABOVE")
+			}
+		default:
+			q := 0.0
+			if ran {
+				q = v / bv
+				if lowerIsBetter(c.unit) {
+					q = bv / v // a speed ratio either way: above 1 is faster than the baseline
+				}
+				ratio = fmt.Sprintf("%.2f", q)
+			}
+			if c.bar > 0 {
+				bar = fmt.Sprintf("%s >= %.2f", c.id, c.bar)
+				if ran {
+					bar += " " + verdict(q >= c.bar, "BELOW")
+				}
+			}
+		}
+		av, allocs := num(results[c.name], "allocs/op")
+		allocs = strings.TrimSuffix(allocs, " allocs/op")
+		if c.noAllocs {
+			bar = c.id + " 0 allocs"
+			if allocs != "-" {
+				bar += " " + verdict(av == 0, "ABOVE")
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label, vs, base, bs, ratio, bar, allocs)
 	}
 	return tw.Flush()
 }
+
+// micros formats ns as microseconds: "15 µs".
+func micros(ns float64) string { return strconv.FormatFloat(ns/1e3, 'f', -1, 64) + " µs" }
 
 func run(in io.Reader, out io.Writer) error {
 	results, err := parse(in)

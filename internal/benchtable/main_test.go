@@ -95,7 +95,136 @@ func TestRenderBlock(t *testing.T) {
 	// Writes have no bar.
 	require.Regexp(t, `0\.20\s+-$`, lines["Block/randwrite-4KiB/capsule-iwarp-ec"])
 	// R3: iwarp-IOPS against fio's IOPS, 60000 / 600000.
-	require.Regexp(t, `60000 iwarp-IOPS\s+R3Baseline/fio-psync-tmpfs\s+600000 IOPS\s+0\.10\s+R3 >= 0\.25 BELOW`, lines["R3"])
-	// A path that did not run.
+	require.Regexp(t, `60000 iwarp-IOPS\s+R3Baseline/fio-psync-tmpfs\s+600000 IOPS\s+0\.10\s+R3 >= 0\.25 BELOW`, lines["R3/iwarp-IOPS"])
+	// R3: shm-IOPS against iwarp-IOPS of the same line, 500000 / 60000.
+	require.Regexp(t, `500000 shm-IOPS\s+R3/iwarp-IOPS\s+60000 iwarp-IOPS\s+8\.33\s+R3 >= 2\.00 ok\s+0$`, lines["R3/shm-IOPS"])
+	// A path that did not run, beside a baseline that did.
 	require.Regexp(t, `^Block/randread-4KiB/capsule-iwarp-ec\s+-`, lines["Block/randread-4KiB/capsule-iwarp-ec"])
+	// Rows whose benchmark and baseline both did not run are left out:
+	// the transfers, R4, FUSE, chunkstore and dispatch rows.
+	for name := range lines {
+		require.Regexp(t, `^(benchmark|ratios|Block/|R3/)`, name)
+	}
+}
+
+// r4Sample is BenchmarkR4 with -count 3: p50 latencies in ns.
+const r4Sample = `BenchmarkR4-2   	       3	 110000000 ns/op	     17900 tcp-p50-ns	     29800 iwarp-p50-ns	      6200 shm-p50-ns	     11900 iwarp-added-ns	       0 B/op	       0 allocs/op
+BenchmarkR4-2   	       3	 110000000 ns/op	     18000 tcp-p50-ns	     34000 iwarp-p50-ns	     16000 shm-p50-ns	     16000 iwarp-added-ns	       0 B/op	       0 allocs/op
+BenchmarkR4-2   	       3	 110000000 ns/op	     17800 tcp-p50-ns	     28000 iwarp-p50-ns	      6100 shm-p50-ns	     10200 iwarp-added-ns	       1 B/op	       1 allocs/op
+`
+
+func TestRenderLatency(t *testing.T) {
+	lines := renderLines(t, r4Sample)
+	// Medians: iwarp 29800 against TCP 17900 adds 11.9 µs, within 15.
+	require.Regexp(t, `29800 iwarp-p50-ns\s+R4/tcp-p50-ns\s+17900 tcp-p50-ns\s+\+11\.9 µs\s+R4 <= \+15 µs ok\s+0$`, lines["R4/iwarp-p50-ns"])
+	// shm has no baseline: its median, 6200 ns, against 15 µs.
+	require.Regexp(t, `^R4/shm-p50-ns\s+6200 shm-p50-ns\s+R4 <= 15 µs ok\s+0$`, lines["R4/shm-p50-ns"])
+
+	lines = renderLines(t, strings.ReplaceAll(r4Sample, "29800 iwarp-p50-ns", "39800 iwarp-p50-ns"))
+	// 34000 - 17900 = 16.1 µs.
+	require.Regexp(t, `\+16\.1 µs\s+R4 <= \+15 µs ABOVE`, lines["R4/iwarp-p50-ns"])
+}
+
+// fuseSample is what scripts/fusebench.sh writes (COUNT=3 for the data
+// cases, one run for metadata): the null file system, capsule's mount
+// over shm, the Go client alone over shm, and no iwarp.
+const fuseSample = `BenchmarkFUSE/randread-4KiB/null 1 30000 IOPS 122.9 MB/s
+BenchmarkFUSE/randread-4KiB/capsule-shm 1 8000 IOPS 32.8 MB/s
+BenchmarkFUSE/randread-4KiB/client-shm 1 24000 IOPS 98.3 MB/s
+BenchmarkFUSE/randread-4KiB/null 1 28000 IOPS 114.7 MB/s
+BenchmarkFUSE/randread-4KiB/capsule-shm 1 9000 IOPS 36.9 MB/s
+BenchmarkFUSE/randread-4KiB/client-shm 1 23000 IOPS 94.2 MB/s
+BenchmarkFUSE/randread-4KiB/null 1 27000 IOPS 110.6 MB/s
+BenchmarkFUSE/randread-4KiB/capsule-shm 1 8500 IOPS 34.8 MB/s
+BenchmarkFUSE/randread-4KiB/client-shm 1 25000 IOPS 102.4 MB/s
+BenchmarkFUSE/seqread-1MiB/null 1 2000 IOPS 2097.2 MB/s
+BenchmarkFUSE/seqread-1MiB/capsule-shm 1 1500 IOPS 1572.9 MB/s
+BenchmarkFUSE/seqwrite-1MiB/null 1 3000 IOPS 3145.7 MB/s
+BenchmarkFUSE/seqwrite-1MiB/capsule-shm 1 100 IOPS 104.9 MB/s
+BenchmarkFUSE/bufread-1MiB/null 1 2500 IOPS 2621.4 MB/s
+BenchmarkFUSEMeta/create/loopback-tmpfs 1 4000 ops/s
+BenchmarkFUSEMeta/stat/loopback-tmpfs 1 7000 ops/s
+BenchmarkFUSEMeta/unlink/loopback-tmpfs 1 17000 ops/s
+BenchmarkFUSEMeta/create/capsule-shm 1 600 ops/s
+BenchmarkFUSEMeta/stat/capsule-shm 1 9100 ops/s
+BenchmarkFUSEMeta/unlink/capsule-shm 1 970 ops/s
+`
+
+func TestRenderFUSE(t *testing.T) {
+	lines := renderLines(t, fuseSample)
+	// Medians: 8500 / 28000 = 0.30, below R6's 0.70; fio has no allocs/op.
+	require.Regexp(t, `^FUSE/randread-4KiB/capsule-shm\s+8500 IOPS\s+FUSE/randread-4KiB/null\s+28000 IOPS\s+0\.30\s+R6 >= 0\.70 BELOW\s+-$`, lines["FUSE/randread-4KiB/capsule-shm"])
+	// 1500 / 2000 = 0.75.
+	require.Regexp(t, `0\.75\s+R6 >= 0\.70 ok`, lines["FUSE/seqread-1MiB/capsule-shm"])
+	// The client alone, writes and metadata carry no bar.
+	require.Regexp(t, `24000 IOPS.*28000 IOPS\s+0\.86\s+-$`, lines["FUSE/randread-4KiB/client-shm"])
+	require.Regexp(t, `0\.03\s+-$`, lines["FUSE/seqwrite-1MiB/capsule-shm"])
+	require.Regexp(t, `^FUSEMeta/create/capsule-shm\s+600 ops/s\s+FUSEMeta/create/loopback-tmpfs\s+4000 ops/s\s+0\.15\s+-$`, lines["FUSEMeta/create/capsule-shm"])
+	require.Regexp(t, `1\.30`, lines["FUSEMeta/stat/capsule-shm"])
+	// iwarp did not run but the null file system did: "-" for the value,
+	// the ratio and allocs/op, and no bar (R6 is over shm).
+	require.Regexp(t, `^FUSE/randread-4KiB/capsule-iwarp\s+-\s+FUSE/randread-4KiB/null\s+28000 IOPS\s+-\s+-$`, lines["FUSE/randread-4KiB/capsule-iwarp"])
+	require.Regexp(t, `^FUSE/bufread-1MiB/capsule-shm\s+-`, lines["FUSE/bufread-1MiB/capsule-shm"])
+	// Nothing of the other benchmarks.
+	require.NotContains(t, lines, "Transfer/shm-write/1MiB")
+	require.NotContains(t, lines, "SeqWrite/4+2")
+}
+
+// storeSample is go test -bench output of ./chunkstore and
+// ./nvmeof/target (BenchmarkDispatch), with the rdma/conformance
+// ping-pong the dispatch rows are read against.
+const storeSample = `pkg: github.com/capsule-storage/capsule/chunkstore
+BenchmarkSeqWrite/4+2-2         	     500	   458000 ns/op	2290.00 MB/s	  120000 B/op	     257 allocs/op
+BenchmarkSeqWrite/4+2-2         	     500	   458000 ns/op	2200.00 MB/s	  120000 B/op	     257 allocs/op
+BenchmarkSeqWrite/4+2-2         	     500	   458000 ns/op	2400.00 MB/s	  120000 B/op	     257 allocs/op
+BenchmarkSeqWrite/1+0-2         	     500	   331000 ns/op	3164.00 MB/s	   30000 B/op	      20 allocs/op
+BenchmarkSeqRead/healthy-2      	     500	   237000 ns/op	4400.00 MB/s	    3000 B/op	      56 allocs/op
+BenchmarkSeqRead/degraded-2     	     500	   300000 ns/op	2640.00 MB/s	    3000 B/op	      56 allocs/op
+BenchmarkEncode/store-2         	   20000	    39000 ns/op	6730.00 MB/s	       0 B/op	       0 allocs/op
+BenchmarkEncode/reedsolomon-2   	   80000	    12000 ns/op	21500.00 MB/s	       0 B/op	       0 allocs/op
+BenchmarkEncode/reedsolomon-purego-2	    8000	   125000 ns/op	2150.00 MB/s	       0 B/op	       0 allocs/op
+BenchmarkEncode/memcpy-2        	  100000	    10000 ns/op	26000.00 MB/s	       0 B/op	       0 allocs/op
+BenchmarkPlainFile-2            	     500	   250000 ns/op	4200.00 MB/s	       0 B/op	       0 allocs/op
+pkg: github.com/capsule-storage/capsule/nvmeof/target
+BenchmarkDispatch/shm/read/qd1-2 	    2000	      4400 ns/op	 930.91 MB/s	       0 B/op	       0 allocs/op
+BenchmarkDispatch/shm/write/qd1-2	    2000	      5000 ns/op	 819.20 MB/s	      16 B/op	       1 allocs/op
+BenchmarkDispatch/iwarp/read/qd32-2	    2000	      4300 ns/op	 952.56 MB/s	       0 B/op	       0 allocs/op
+BenchmarkDispatch/baseline/memcpy-4KiB-2	    2000	        90 ns/op	45511.11 MB/s
+BenchmarkPingPong/shm/64B-2     	  200000	      6800 ns/op	       0 B/op	       0 allocs/op
+BenchmarkPingPong/iwarp/64B-2   	   40000	     33400 ns/op	       0 B/op	       0 allocs/op
+`
+
+func TestRenderStoreAndDispatch(t *testing.T) {
+	lines := renderLines(t, storeSample)
+	// R7: the median 2290 of 4+2 against 3164 of 1+0 is 0.72.
+	require.Regexp(t, `^SeqWrite/4\+2\s+2290 MB/s\s+SeqWrite/1\+0\s+3164 MB/s\s+0\.72\s+R7 >= 0\.70 ok\s+257$`, lines["SeqWrite/4+2"])
+	// 2640 / 4400 = 0.60.
+	require.Regexp(t, `0\.60\s+R7 >= 0\.70 BELOW\s+56$`, lines["SeqRead/degraded"])
+	// Informational: the 1+0 path against plain pwrites, the encoder
+	// against the library.
+	require.Regexp(t, `0\.75\s+20$`, lines["SeqWrite/1+0"])
+	require.Regexp(t, `6730 MB/s\s+Encode/reedsolomon\s+21500 MB/s\s+0\.31`, lines["Encode/store"])
+	// R8: a command per op. shm read at QD1 takes 4400 ns against a
+	// 6800 ns ping-pong (1.55 of its speed), no allocation.
+	require.Regexp(t, `^Dispatch/shm/read/qd1\s+4400 ns/op\s+PingPong/shm/64B\s+6800 ns/op\s+1\.55\s+R8 0 allocs ok\s+0$`, lines["Dispatch/shm/read/qd1"])
+	require.Regexp(t, `R8 0 allocs ABOVE\s+1$`, lines["Dispatch/shm/write/qd1"])
+	// iwarp at QD32: 33400 / 4300.
+	require.Regexp(t, `7\.77\s+R8 0 allocs ok`, lines["Dispatch/iwarp/read/qd32"])
+	// A dispatch that did not run, beside a ping-pong that did.
+	require.Regexp(t, `^Dispatch/iwarp/write/qd1\s+-\s+PingPong/iwarp/64B\s+33400 ns/op\s+-\s+R8 0 allocs\s+-$`, lines["Dispatch/iwarp/write/qd1"])
+}
+
+// renderLines runs the table over input and returns its lines by their
+// first field.
+func renderLines(t *testing.T, input string) map[string]string {
+	t.Helper()
+	var out bytes.Buffer
+	require.NoError(t, run(strings.NewReader(input), &out))
+	lines := map[string]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			lines[f[0]] = l
+		}
+	}
+	return lines
 }
