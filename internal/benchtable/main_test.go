@@ -165,6 +165,9 @@ func TestRenderFUSE(t *testing.T) {
 	// the ratio and allocs/op, and no bar (R6 is over shm).
 	require.Regexp(t, `^FUSE/randread-4KiB/capsule-iwarp\s+-\s+FUSE/randread-4KiB/null\s+28000 IOPS\s+-\s+-$`, lines["FUSE/randread-4KiB/capsule-iwarp"])
 	require.Regexp(t, `^FUSE/bufread-1MiB/capsule-shm\s+-`, lines["FUSE/bufread-1MiB/capsule-shm"])
+	// The client alone runs the read cases only: no rows for the others.
+	require.NotContains(t, lines, "FUSE/seqwrite-1MiB/client-shm")
+	require.NotContains(t, lines, "FUSE/bufread-1MiB/client-shm")
 	// Nothing of the other benchmarks.
 	require.NotContains(t, lines, "Transfer/shm-write/1MiB")
 	require.NotContains(t, lines, "SeqWrite/4+2")
