@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Runs the benchmarks beside their same-run baselines and prints the
-# ratios that shared/PERFORMANCE.md asks for, ending with one table.
+# ratios that shared/PERFORMANCE.md asks for, ending with one table
+# (internal/benchtable) of every part's results:
 #   R1, R2  rdma/conformance   BenchmarkTransfer, BenchmarkPingPong
-#   R3, R4  nvmeof/host        BenchmarkR3, BenchmarkR4 (ratios reported as metrics),
-#                              and fio psync 4 KiB random read on tmpfs as R3's baseline
+#   R3, R4  nvmeof/host        BenchmarkR3, BenchmarkR4 (each path interleaved with its
+#                              baselines), and fio psync 4 KiB random read on tmpfs as
+#                              R3's baseline
 #   R5      bin/mount --nbd    fio's nbd engine through the bridge, over shm:// and iwarp://,
 #                              on a memory and an erasure-coded namespace, each case beside
 #                              fio on `nbdkit memory` run the same way
-#   R7      chunkstore         SeqWrite 4+2 vs 1+0, SeqRead healthy vs degraded, Encode
-#   R8      allocs/op in every Go benchmark line
+#   R6      bin/mount          fio through the FUSE mount over shm:// and iwarp://, beside
+#                              the null go-fuse file system, and metadata rates beside
+#                              go-fuse's loopback of tmpfs (scripts/fusebench.sh)
+#   R7      chunkstore         SeqWrite 4+2 vs 1+0, SeqRead degraded vs healthy, Encode
+#   R8      allocs/op in every Go benchmark line; nvmeof/target BenchmarkDispatch
 # COUNT sets the repetitions of the RDMA transfer benchmarks, REPS those of
-# every fio case (at least 3; the table shows medians), RUNTIME the seconds
-# of each fio run. ONLY=block runs the R5 fio part (and R3's fio baseline)
-# alone.
+# every fio case and of the other Go benchmarks (at least 3; the table
+# shows medians), RUNTIME the seconds of each fio run. ONLY=block runs the
+# R5 fio part (and R3's fio baseline) alone, ONLY=fuse the R6 part alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count="${COUNT:-5}"
@@ -20,6 +25,7 @@ reps="${REPS:-3}"
 runtime="${RUNTIME:-5}"
 only="${ONLY:-}"
 [ "$reps" -ge 3 ] || { echo "REPS must be at least 3" >&2; exit 2; }
+case "$only" in "" | block | fuse) ;; *) echo "ONLY must be block or fuse" >&2; exit 2 ;; esac
 work="$(mktemp -d)"
 out="$work/results"
 : >"$out"
@@ -119,23 +125,34 @@ block() {
 	pids=()
 }
 
-if [ "$only" != block ]; then
+# fuse: R6, scripts/fusebench.sh, its results appended to ours.
+fuse() {
+	for tool in fio python3 fusermount3; do
+		command -v "$tool" >/dev/null || { echo "bench: $tool is missing (make deps installs it)" >&2; exit 1; }
+	done
+	BENCH_OUT="$out" COUNT="$reps" RUNTIME="$runtime" ./scripts/fusebench.sh
+}
+
+if [ -z "$only" ]; then
 	echo "== R1/R2: rdma transfers"
 	go test -run '^$' -bench '^Benchmark(Transfer|PingPong)$' -benchmem -count "$count" -timeout 60m ./rdma/conformance | tee -a "$out"
 	echo
 	echo "== R3/R4/R8: NVMe-oF through the host library (interleaved with their baselines)"
-	go test -run '^$' -bench '^Benchmark(R3|R4)$' -benchmem -count 3 -timeout 30m ./nvmeof/host | tee -a "$out"
+	go test -run '^$' -bench '^Benchmark(R3|R4)$' -benchmem -count "$reps" -timeout 30m ./nvmeof/host | tee -a "$out"
 	echo
 	echo "== R8: target dispatch"
-	go test -run '^$' -bench '^BenchmarkDispatch$' -benchmem -benchtime 2000x -timeout 30m ./nvmeof/target
+	go test -run '^$' -bench '^BenchmarkDispatch$' -benchmem -benchtime 2000x -count "$reps" -timeout 30m ./nvmeof/target | tee -a "$out"
 	echo
 	echo "== R7: erasure coding"
-	go test -run '^$' -bench '^Benchmark(SeqWrite|SeqRead|Encode|PlainFile)$' -benchmem -count 3 -timeout 30m ./chunkstore
+	go test -run '^$' -bench '^Benchmark(SeqWrite|SeqRead|Encode|PlainFile)$' -benchmem -count "$reps" -timeout 30m ./chunkstore | tee -a "$out"
 	echo
 fi
-block
-echo
-go run ./internal/benchtable <"$out"
-if [ "$only" != block ]; then
-	echo; COUNT=3 ./scripts/fusebench.sh # R6: the FUSE mount beside a null go-fuse file system (owner: fs/fusefs)
+if [ "$only" != fuse ]; then
+	block
+	echo
 fi
+if [ "$only" != block ]; then
+	fuse
+	echo
+fi
+go run ./internal/benchtable <"$out"

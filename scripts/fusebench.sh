@@ -5,12 +5,20 @@
 # tmpfs. Cases: 4 KiB random read at QD1, 1 MiB sequential read and
 # write, O_DIRECT (psync), and a buffered 1 MiB sequential read from a
 # cold page cache (read-ahead). Every repetition runs each case on every
-# mount back to back; the table shows medians and the ratio to null.
+# mount back to back, then the Go file client alone (no FUSE) on the
+# read cases, then the metadata workload on every mount.
+#
+# Each result is a benchmark line for internal/benchtable:
+# "BenchmarkFUSE/CASE/MOUNT 1 N IOPS M MB/s" and
+# "BenchmarkFUSEMeta/OP/MOUNT 1 N ops/s". With BENCH_OUT set they are
+# appended to that file (scripts/bench.sh prints them in its one table);
+# without, this script ends with benchtable's table of them. Either way
+# it prints each result as it comes.
 #
 # Environment: COUNT repetitions (3), RUNTIME seconds per fio run (8),
 # SIZE of the capsule test file (1G), MOUNT_ARGS extra bin/mount flags
 # (e.g. "--max-readahead 1048576"), NULL_ARGS extra null-FS flags,
-# TRANSPORTS ("shm iwarp"), META_FILES (2000).
+# TRANSPORTS ("shm iwarp"), META_FILES (2000), BENCH_OUT.
 # Needs root (or fusermount3 rights), fio, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,12 +27,14 @@ runtime="${RUNTIME:-8}"
 size="${SIZE:-1G}"
 transports="${TRANSPORTS:-shm iwarp}"
 meta_files="${META_FILES:-2000}"
+bench_out="${BENCH_OUT:-}"
 
 go build -o bin/target ./cmd/target
 go build -o bin/mount ./cmd/mount
 go build -o bin/fusebench ./internal/fusebench
 
 work="$(mktemp -d /tmp/fusebench.XXXXXX)"
+tmpfs_dir="" # the loopback mount's tmpfs directory
 pids=()
 mounts=()
 cleanup() {
@@ -38,6 +48,7 @@ cleanup() {
 		if grep -q " $m " /proc/mounts; then fusermount3 -u -z "$m" || true; fi
 	done
 	rm -rf "$work"
+	[ -z "$tmpfs_dir" ] || rm -rf "$tmpfs_dir"
 }
 trap cleanup EXIT
 
@@ -62,7 +73,7 @@ start() {
 	exit 1
 }
 
-echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F)"
+[ -n "$bench_out" ] || echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u +%F)"
 
 mkdir -p "$work/null" "$work/loop" "$work/tmpfs"
 start "$work/null.log" "fusebench mounted" bin/fusebench null --size 4294967296 ${NULL_ARGS:-} "$work/null"
@@ -99,61 +110,67 @@ first="${transports%% *}"
 fio --name=layout --filename="$work/$first/data" --rw=write --bs=1M --size="$size" --direct=1 \
 	--ioengine=psync --output-format=terse >/dev/null
 
-# name, fio rw, block size, direct. bufread1m is a buffered sequential
-# read from a cold page cache (read-ahead at work; the null file system
-# answers it with direct_io all the same).
-cases=("randread4k randread 4k 1" "seqread1m read 1M 1" "seqwrite1m write 1M 1" "bufread1m read 1M 0")
-results="$work/results"
-: >"$results"
-for rep in $(seq "$count"); do
-	for c in "${cases[@]}"; do
-		read -r cname rw bs direct <<<"$c"
-		echo "null $cname $(fio_run "$cname" "$work/null/data" "$rw" "$bs" --direct="$direct" --invalidate=1 --size=4G)" >>"$results"
-		for tr in $transports; do
-			echo "$tr $cname $(fio_run "$cname" "$work/$tr/data" "$rw" "$bs" --direct="$direct" --invalidate=1 --size="$size")" >>"$results"
-		done
+# results: the benchmark lines, appended to BENCH_OUT or kept here.
+results="${bench_out:-$work/results}"
+[ -n "$bench_out" ] || : >"$results"
+
+# record CASE MOUNT CMD... runs CMD, which prints "IOPS BYTES/s", prints
+# the result and appends its benchmark line.
+record() {
+	local r iops bw mbs
+	r="$("${@:3}")"
+	read -r iops bw <<<"$r"
+	mbs="$(awk -v b="$bw" 'BEGIN { printf "%.1f", b / 1e6 }')"
+	printf '   %-14s %-14s %8.0f IOPS %8.0f MB/s\n' "$1" "$2" "$iops" "$mbs"
+	echo "BenchmarkFUSE/$1/$2 1 $iops IOPS $mbs MB/s" >>"$results"
+}
+
+# meta MOUNT DIR runs the metadata workload in DIR, prints its rates and
+# appends a benchmark line for each.
+meta() {
+	local line op rate
+	line="$(bin/fusebench meta --files "$meta_files" "$2")"
+	printf '   %-14s %s\n' "$1" "${line#meta }"
+	for op in create stat unlink; do
+		rate="$(echo "$line" | sed -n "s/.*$op=\([0-9.]*\).*/\1/p")"
+		echo "BenchmarkFUSEMeta/$op/$1 1 $rate ops/s" >>"$results"
 	done
-done
+}
 
-# The Go file client alone, same file, same request sizes: what the
-# mount adds on top of it is the FUSE layer's cost.
-for rep in $(seq "$count"); do
-	for tr in $transports; do
-		echo "client-$tr randread4k $(bin/fusebench client --target "${url[$tr]}" --rw randread --bs 4096 --runtime "${runtime}s" data)" >>"$results"
-		echo "client-$tr seqread1m $(bin/fusebench client --target "${url[$tr]}" --rw read --bs 1048576 --runtime "${runtime}s" data)" >>"$results"
-	done
-done
-
-echo
-echo "== R6: fio psync QD1 through FUSE, medians of $count runs of ${runtime}s; client-*: the Go client alone"
-python3 - "$results" <<'EOF'
-import sys, statistics
-rows = {}
-for line in open(sys.argv[1]):
-    fs, case, iops, bw = line.split()
-    rows.setdefault((fs, case), []).append((float(iops), float(bw)))
-cases = ["randread4k", "seqread1m", "seqwrite1m", "bufread1m"]
-fss = sorted({fs for fs, _ in rows}, key=lambda f: (f != "null", f.startswith("client-"), f))
-print("| case | mount | IOPS | MB/s | vs null |")
-print("|---|---|---|---|---|")
-for c in cases:
-    base = statistics.median(r[0] for r in rows[("null", c)])
-    for fs in fss:
-        if (fs, c) not in rows:
-            continue
-        iops = statistics.median(r[0] for r in rows[(fs, c)])
-        bw = statistics.median(r[1] for r in rows[(fs, c)])
-        print("| %s | %s | %.0f | %.0f | %.0f %% |" % (c, fs, iops, bw / 1e6, 100 * iops / base))
-EOF
-
-echo
-echo "== metadata: create, stat, unlink per second ($meta_files files), go-fuse loopback of tmpfs vs capsule"
 tmpfs_dir="$(mktemp -d /dev/shm/fusebench.XXXXXX)"
 start "$work/loop.log" "fusebench mounted" bin/fusebench loopback "$tmpfs_dir" "$work/loop"
 mounts+=("$work/loop")
-echo "loopback-tmpfs $(bin/fusebench meta --files "$meta_files" "$work/loop")"
-for tr in $transports; do
-	echo "capsule-$tr $(bin/fusebench meta --files "$meta_files" "$work/$tr")"
+
+# name, fio rw, block size, direct. bufread-1MiB is a buffered sequential
+# read from a cold page cache (read-ahead at work; the null file system
+# answers it with direct_io all the same).
+cases=("randread-4KiB randread 4k 1" "seqread-1MiB read 1M 1" "seqwrite-1MiB write 1M 1" "bufread-1MiB read 1M 0")
+echo "== R6: fio psync QD1 through FUSE: the null go-fuse file system, capsule over ${transports// /, }, the Go client alone; metadata ($meta_files files) beside go-fuse's loopback of tmpfs; $count repetitions, ${runtime}s each"
+for rep in $(seq "$count"); do
+	echo "-- repetition $rep of $count"
+	for c in "${cases[@]}"; do
+		read -r cname rw bs direct <<<"$c"
+		record "$cname" null fio_run "$cname" "$work/null/data" "$rw" "$bs" --direct="$direct" --invalidate=1 --size=4G
+		for tr in $transports; do
+			record "$cname" "capsule-$tr" fio_run "$cname" "$work/$tr/data" "$rw" "$bs" --direct="$direct" --invalidate=1 --size="$size"
+		done
+	done
+	# The Go file client alone, same file, same request sizes: what the
+	# mount adds on top of it is the FUSE layer's cost.
+	for tr in $transports; do
+		record randread-4KiB "client-$tr" bin/fusebench client --target "${url[$tr]}" --rw randread --bs 4096 --runtime "${runtime}s" data
+		record seqread-1MiB "client-$tr" bin/fusebench client --target "${url[$tr]}" --rw read --bs 1048576 --runtime "${runtime}s" data
+	done
+	# Metadata: create, stat, unlink per second.
+	meta loopback-tmpfs "$work/loop"
+	for tr in $transports; do
+		meta "capsule-$tr" "$work/$tr"
+	done
 done
 fusermount3 -u "$work/loop"
 rm -rf "$tmpfs_dir"
+
+if [ -z "$bench_out" ]; then
+	echo
+	go run ./internal/benchtable <"$results"
+fi
