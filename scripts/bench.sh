@@ -141,7 +141,7 @@ if [ -z "$only" ]; then
 	go test -run '^$' -bench '^Benchmark(R3|R4)$' -benchmem -count "$reps" -timeout 30m ./nvmeof/host | tee -a "$out"
 	echo
 	echo "== R8: target dispatch"
-	go test -run '^$' -bench '^BenchmarkDispatch$' -benchmem -benchtime 2000x -count "$reps" -timeout 30m ./nvmeof/target | tee -a "$out"
+	go test -run '^$' -bench '^BenchmarkDispatch$' -benchmem -benchtime 20000x -count "$reps" -timeout 30m ./nvmeof/target | tee -a "$out"
 	echo
 	echo "== R7: erasure coding"
 	go test -run '^$' -bench '^Benchmark(SeqWrite|SeqRead|Encode|PlainFile)$' -benchmem -count "$reps" -timeout 30m ./chunkstore | tee -a "$out"
