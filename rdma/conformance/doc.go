@@ -46,7 +46,8 @@
 // instead of hanging the test binary.
 //
 // The transfer benchmarks (BenchmarkTransfer, BenchmarkPingPong) live in
-// this package's tests beside their same-run baselines (memcpy, loopback
-// TCP); internal/benchtable turns their output into the ratio table of
-// shared/PERFORMANCE.md.
+// this package's tests beside their same-run baselines (memcpy over the
+// same number of buffers a transfer keeps in flight, so both run from the
+// same level of cache; loopback TCP); internal/benchtable turns their
+// output into the ratio table of shared/PERFORMANCE.md.
 package conformance
