@@ -451,14 +451,18 @@ func (s *Store) readStripe(key stripeKey, ext extent, lo, hi int, dst []byte) er
 			s.readPart(key, ext, &parts[0])
 		}
 	} else {
+		// The closure gets copies of the slices: capturing the variables
+		// themselves (assigned above) would move them to the heap on
+		// every read, even the single-shard reads that never get here.
+		ps, xs := parts, extras
 		parallel(work, hi-lo >= parallelMin, func(i int) {
-			if i < len(parts) {
-				if !parts[i].known {
-					s.readPart(key, ext, &parts[i])
+			if i < len(ps) {
+				if !ps[i].known {
+					s.readPart(key, ext, &ps[i])
 				}
 				return
 			}
-			x := &extras[i-len(parts)]
+			x := &xs[i-len(ps)]
 			x.err = s.readShardRange(key, ext, x.i, x.A, x.B, x.buf)
 		})
 	}
