@@ -8,5 +8,8 @@
 // bridge (over tcp://) to fio on 16 connections and its file namespace to
 // two FUSE mounts (over shm:// and iwarp://), all at once for about 15 s;
 // afterwards every block fio wrote and every file the mounts wrote is
-// checked through the bridge and through both mounts.
+// checked through the bridge and through both mounts. Its long variant,
+// TestNBDSoak, runs only with -nbd.soak DURATION (go test ./integration
+// -run Soak -args -nbd.soak 10m): fio on 16 connections, run after run,
+// each run checking every block it wrote.
 package integration
