@@ -41,14 +41,7 @@ func TestParseMedians(t *testing.T) {
 }
 
 func TestRender(t *testing.T) {
-	var out bytes.Buffer
-	require.NoError(t, run(strings.NewReader(sample), &out))
-	lines := map[string]string{}
-	for _, l := range strings.Split(out.String(), "\n") {
-		if f := strings.Fields(l); len(f) > 0 {
-			lines[f[0]] = l
-		}
-	}
+	lines := renderLines(t, sample)
 	// 8000 / 11000 = 0.73, above R1's 0.70.
 	require.Regexp(t, `0\.73\s+R1 >= 0\.70 ok\s+0$`, lines["Transfer/shm-write/1MiB"])
 	// 2000 / 4000 = 0.50, below R2's 0.75.
