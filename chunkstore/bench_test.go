@@ -179,7 +179,7 @@ func BenchmarkEncode(b *testing.B) {
 		}
 		for _, sh := range shards {
 			for j := 0; j < len(sh); j += SectorSize {
-				_ = crc32c(sh[j : j+SectorSize])
+				_ = checksum(sh[j : j+SectorSize])
 			}
 		}
 	})

@@ -357,5 +357,10 @@
 // and checksums them, and only the spare core hides that), degraded reads
 // 72–90 % of healthy. The store's encoding is dominated by CRC32C over all
 // six shards (about 28 µs of the 44 µs per stripe); the parity itself costs
-// what reedsolomon's own benchmark does.
+// what reedsolomon's own benchmark does. The sector CRCs use
+// internal/crc32c, which folds buffers of 2 KiB and more with VPCLMULQDQ
+// where the CPU has it: on the Intel Xeon build machine (AVX-512) that
+// took Encode/store from 9.0 to 14.5 GB/s and SeqRead/healthy from 3.7 to
+// 4.2 GB/s against hash/crc32 (medians of three, alternating in one run);
+// SeqWrite/4+2 did not move (its writes dominate).
 package chunkstore

@@ -3,9 +3,10 @@ package chunkstore
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/google/uuid"
+
+	"github.com/capsule-storage/capsule/internal/crc32c"
 )
 
 // On-disk records. Every record has named offsets, a CRC32C over the bytes
@@ -15,9 +16,7 @@ import (
 // Reserved bytes must be zero, so that every valid record has exactly one
 // encoding (the fuzz targets check that decode∘encode is the identity).
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func checksum(b []byte) uint32 { return crc32c.Checksum(b) }
 
 var le = binary.LittleEndian
 
@@ -90,7 +89,7 @@ func (id *identity) marshalInto(b []byte) {
 	le.PutUint32(b[idOffSector:], SectorSize)
 	le.PutUint64(b[idOffCreated:], uint64(id.Created))
 	copy(b[idOffGolden:], id.Golden[:])
-	le.PutUint32(b[idOffCRC:], crc32c(b[:idOffCRC]))
+	le.PutUint32(b[idOffCRC:], checksum(b[:idOffCRC]))
 }
 
 func (id *identity) encode() []byte {
@@ -107,7 +106,7 @@ func decodeIdentity(b []byte) (identity, error) {
 	if m := le.Uint32(b[idOffMagic:]); m != identityMagic {
 		return id, corruptf("identity record magic %#x", m)
 	}
-	if got, want := le.Uint32(b[idOffCRC:]), crc32c(b[:idOffCRC]); got != want {
+	if got, want := le.Uint32(b[idOffCRC:]), checksum(b[:idOffCRC]); got != want {
 		return id, corruptf("identity record checksum %#x, computed %#x", got, want)
 	}
 	if v := le.Uint16(b[idOffVersion:]); v != formatVersion {
@@ -204,7 +203,7 @@ func (h *shardHeader) marshalInto(b []byte) int {
 	for i, c := range h.CRCs {
 		le.PutUint32(b[shOffCRCs+4*i:], c)
 	}
-	le.PutUint32(b[shOffCRCs+4*n:], crc32c(b[:shOffCRCs+4*n]))
+	le.PutUint32(b[shOffCRCs+4*n:], checksum(b[:shOffCRCs+4*n]))
 	return size
 }
 
@@ -226,7 +225,7 @@ func decodeShardHeader(b []byte, crcs []uint32) (shardHeader, error) {
 		return h, corruptf("shard header with %d sectors cut at %d bytes", n, len(b))
 	}
 	end := shOffCRCs + 4*n
-	if got, want := le.Uint32(b[end:]), crc32c(b[:end]); got != want {
+	if got, want := le.Uint32(b[end:]), checksum(b[:end]); got != want {
 		return h, corruptf("shard header checksum %#x, computed %#x", got, want)
 	}
 	if v := le.Uint16(b[shOffVersion:]); v != formatVersion {
@@ -305,7 +304,7 @@ func (s *superblock) encode() []byte {
 	le.PutUint64(b[sbOffSeq:], s.Seq)
 	le.PutUint64(b[sbOffGenHigh:], s.GenHigh)
 	le.PutUint64(b[sbOffNextOwner:], s.NextOwner)
-	le.PutUint32(b[sbOffCRC:], crc32c(b[:sbOffCRC]))
+	le.PutUint32(b[sbOffCRC:], checksum(b[:sbOffCRC]))
 	return b
 }
 
@@ -317,7 +316,7 @@ func decodeSuperblock(b []byte) (superblock, error) {
 	if m := le.Uint32(b[sbOffMagic:]); m != superMagic {
 		return s, corruptf("superblock magic %#x", m)
 	}
-	if got, want := le.Uint32(b[sbOffCRC:]), crc32c(b[:sbOffCRC]); got != want {
+	if got, want := le.Uint32(b[sbOffCRC:]), checksum(b[:sbOffCRC]); got != want {
 		return s, corruptf("superblock checksum %#x, computed %#x", got, want)
 	}
 	if v := le.Uint16(b[sbOffVersion:]); v != formatVersion {
@@ -376,7 +375,7 @@ func (r *deviceRecord) encode() []byte {
 	le.PutUint64(b[drOffStartGen:], r.StartGen)
 	le.PutUint64(b[drOffCursorOwner:], r.Cursor.Owner)
 	le.PutUint64(b[drOffCursorIndex:], r.Cursor.Index)
-	le.PutUint32(b[drOffCRC:], crc32c(b[:drOffCRC]))
+	le.PutUint32(b[drOffCRC:], checksum(b[:drOffCRC]))
 	return b
 }
 
@@ -385,7 +384,7 @@ func decodeDeviceRecord(b []byte) (deviceRecord, error) {
 	if len(b) != deviceRecordSize {
 		return r, corruptf("device record is %d bytes, want %d", len(b), deviceRecordSize)
 	}
-	if got, want := le.Uint32(b[drOffCRC:]), crc32c(b[:drOffCRC]); got != want {
+	if got, want := le.Uint32(b[drOffCRC:]), checksum(b[:drOffCRC]); got != want {
 		return r, corruptf("device record checksum %#x, computed %#x", got, want)
 	}
 	if !allZero(b[drOffReserved:drOffStartGen]) {
@@ -421,7 +420,7 @@ func (r *volumeRecord) encode() []byte {
 	le.PutUint64(b[vrOffOwner:], r.Owner)
 	le.PutUint64(b[vrOffSize:], uint64(r.Size))
 	le.PutUint64(b[vrOffCreated:], uint64(r.Created))
-	le.PutUint32(b[vrOffCRC:], crc32c(b[:vrOffCRC]))
+	le.PutUint32(b[vrOffCRC:], checksum(b[:vrOffCRC]))
 	return b
 }
 
@@ -430,7 +429,7 @@ func decodeVolumeRecord(b []byte) (volumeRecord, error) {
 	if len(b) != volumeRecSz {
 		return r, corruptf("volume record is %d bytes, want %d", len(b), volumeRecSz)
 	}
-	if got, want := le.Uint32(b[vrOffCRC:]), crc32c(b[:vrOffCRC]); got != want {
+	if got, want := le.Uint32(b[vrOffCRC:]), checksum(b[:vrOffCRC]); got != want {
 		return r, corruptf("volume record checksum %#x, computed %#x", got, want)
 	}
 	r.Owner = le.Uint64(b[vrOffOwner:])
@@ -484,7 +483,7 @@ func getExtentBody(b []byte) (extent, error) {
 func (e *extent) encode() []byte {
 	b := make([]byte, extentSize)
 	e.putBody(b)
-	le.PutUint32(b[exOffCRC:], crc32c(b[:exOffCRC]))
+	le.PutUint32(b[exOffCRC:], checksum(b[:exOffCRC]))
 	return b
 }
 
@@ -492,7 +491,7 @@ func decodeExtent(b []byte) (extent, error) {
 	if len(b) != extentSize {
 		return extent{}, corruptf("extent is %d bytes, want %d", len(b), extentSize)
 	}
-	if got, want := le.Uint32(b[exOffCRC:]), crc32c(b[:exOffCRC]); got != want {
+	if got, want := le.Uint32(b[exOffCRC:]), checksum(b[:exOffCRC]); got != want {
 		return extent{}, corruptf("extent checksum %#x, computed %#x", got, want)
 	}
 	return getExtentBody(b)
@@ -523,7 +522,7 @@ func (r *chunkRecord) encode() []byte {
 		r.Stripes[i].putBody(b[crOffExtents+extentBody*i:])
 	}
 	end := crOffExtents + extentBody*n
-	le.PutUint32(b[end:], crc32c(b[:end]))
+	le.PutUint32(b[end:], checksum(b[:end]))
 	return b
 }
 
@@ -537,7 +536,7 @@ func decodeChunkRecord(b []byte) (chunkRecord, error) {
 		return r, corruptf("chunk record of %d bytes claims %d stripes", len(b), n)
 	}
 	end := crOffExtents + extentBody*n
-	if got, want := le.Uint32(b[end:]), crc32c(b[:end]); got != want {
+	if got, want := le.Uint32(b[end:]), checksum(b[:end]); got != want {
 		return r, corruptf("chunk record checksum %#x, computed %#x", got, want)
 	}
 	r.Owner = le.Uint64(b[crOffOwner:])

@@ -319,7 +319,7 @@ func (s *Store) encodeShardHeader(h *hdrBuf, key stripeKey, slot, gen uint64, i 
 	hdr := shardHeader{Store: s.id, Owner: key.Owner, Index: key.Index, Slot: slot, Gen: gen,
 		Shard: i, Geo: s.geo, Length: len(payload), CRCs: h.crcs[:n]}
 	for j := range n {
-		hdr.CRCs[j] = crc32c(payload[j*SectorSize : min((j+1)*SectorSize, len(payload))])
+		hdr.CRCs[j] = checksum(payload[j*SectorSize : min((j+1)*SectorSize, len(payload))])
 	}
 	hn := hdr.marshalInto(h.b[:])
 	clear(h.b[hn:])
@@ -387,7 +387,7 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 	for sec := a / SectorSize; sec*SectorSize < b; sec++ {
 		lo := sec*SectorSize - a
 		hi := min((sec+1)*SectorSize, b) - a
-		if crc32c(dst[lo:hi]) != hdr.CRCs[sec] {
+		if checksum(dst[lo:hi]) != hdr.CRCs[sec] {
 			return &shardError{fault: faultChecksum, dev: pos, err: corruptf("sector %d of shard %d fails its checksum", sec, i)}
 		}
 	}

@@ -4,8 +4,9 @@
 // data of the RDMA transport and the PDUs of the TCP transport (tcp.go),
 // byte-exact to the specifications. The target, the host library and the
 // RDMA and TCP transport bindings are built on it; this package does no
-// I/O and keeps no state. NVMe/TCP digests are CRC32C from hash/crc32's
-// Castagnoli table (which uses the CPU's CRC32 instructions).
+// I/O and keeps no state. NVMe/TCP digests are CRC32C from
+// internal/crc32c (hash/crc32's Castagnoli, with carry-less-multiply
+// folding for buffers of 2 KiB and more where the CPU has VPCLMULQDQ).
 //
 // # The model
 //

@@ -2,7 +2,8 @@ package nvmeof
 
 import (
 	"fmt"
-	"hash/crc32"
+
+	"github.com/capsule-storage/capsule/internal/crc32c"
 )
 
 // The NVMe/TCP Transport Specification 1.0 (revision 1.0d, and the same
@@ -189,15 +190,13 @@ func fatal(fes TCPFES, fei int, why string) *TCPFatalError {
 	return &TCPFatalError{FES: fes, FEI: uint32(fei), Why: why}
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // TCPDigest returns the CRC32C of b, the value of a header or data
 // digest (sent little-endian). It does not allocate.
-func TCPDigest(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func TCPDigest(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // TCPDigestUpdate continues a CRC32C over data in several pieces:
 // TCPDigestUpdate(TCPDigest(a), b) == TCPDigest(a+b).
-func TCPDigestUpdate(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
+func TCPDigestUpdate(crc uint32, b []byte) uint32 { return crc32c.Update(crc, b) }
 
 // PutTCPDigest writes the digest of data into b[0:4].
 func PutTCPDigest(b []byte, data []byte) { le.PutUint32(b, TCPDigest(data)) }

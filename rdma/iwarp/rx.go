@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/capsule-storage/capsule/internal/crc32c"
 	"github.com/capsule-storage/capsule/rdma"
-	"github.com/capsule-storage/capsule/rdma/iwarp/internal/crc32c"
 	"github.com/capsule-storage/capsule/rdma/iwarp/internal/wire"
 )
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/capsule-storage/capsule/rdma/iwarp/internal/crc32c"
+	"github.com/capsule-storage/capsule/internal/crc32c"
 	"github.com/capsule-storage/capsule/rdma/iwarp/internal/wire"
 )
 

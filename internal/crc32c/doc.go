@@ -1,5 +1,6 @@
-// Package crc32c computes CRC32C (Castagnoli), the MPA FPDU checksum, a
-// little faster than hash/crc32 where the CPU allows.
+// Package crc32c computes CRC32C (Castagnoli) faster than hash/crc32
+// where the CPU allows. It is the checksum of MPA FPDUs (rdma/iwarp), of
+// NVMe/TCP header and data digests (nvmeof) and of chunkstore's sectors.
 //
 // Update(crc, p) returns exactly crc32.Update(crc, crc32.MakeTable(
 // crc32.Castagnoli), p) for every crc and p; Checksum(p) is Update(0, p).
