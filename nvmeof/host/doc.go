@@ -48,8 +48,23 @@
 //   - A malformed PDU from the controller is answered with an H2CTermReq
 //     (FES and FEI as nvmeof.TCPReceiver.Check says) and the connection is
 //     dropped: a protocol violation, so the controller is lost and
-//     reconnected like any other. A C2HTermReq, a bad data digest or a
-//     PDU for a command without a transfer outstanding drop it too.
+//     reconnected like any other. A C2HTermReq or a PDU for a command
+//     without a transfer outstanding drops it too.
+//   - A C2HData whose data digest does not match is not fatal: its bytes
+//     are bad, the command it belongs to fails, and the queue goes on
+//     serving its other commands. The command completes when its
+//     CapsuleResp arrives (at once if the C2HData had SUCCESS) with
+//     Transient Transport Error (SCT 0h, SC 22h, DNR clear), the status
+//     the target gives a command whose data failed its digest; a
+//     CapsuleResp carrying an error status of its own keeps that one. (A
+//     Linux host reports Data Transfer Error, 04h, for the same fault.)
+//     Like every status but those of a dying controller (see Sharp edges)
+//     it is not retried by the host: the request fails with a
+//     *CommandError, errors.Is(err, nvmeof.StatusTransientTransportError)
+//     holds, and the caller may retry it. Data is placed before its digest
+//     can be checked, so the bad bytes may already be in the caller's
+//     buffer: after a failed read its contents are undefined, as after any
+//     failed read.
 //
 // # The model
 //
@@ -256,6 +271,8 @@
 //     other writers. ReadAt may be unaligned.
 //   - NVMe statuses other than those of a dying controller are not
 //     retried, whether or not DNR is set; they surface as *CommandError.
+//     A request that fails leaves the part of the caller's buffer it was
+//     to read undefined.
 //   - Flush is sent even when the controller reports no volatile write
 //     cache; such a controller completes it at once.
 //   - Asynchronous Event Requests are not used; a namespace that changes

@@ -99,6 +99,10 @@ type tcpTransport struct {
 	hdr  [nvmeof.TCPICRespSize + nvmeof.TCPDigestSize]byte
 	dig  [nvmeof.TCPDigestSize]byte
 	term [nvmeof.TCPTermReqHeaderSize + nvmeof.TCPTermReqMaxData]byte
+	// ddErr holds, per slot, the CID+1 of the command whose C2HData
+	// failed its data digest, 0 when none: the command completes with
+	// Transient Transport Error. The reader's.
+	ddErr []uint32
 
 	closeOnce sync.Once
 }
@@ -115,7 +119,8 @@ func newTCPTransport(q *queue) *tcpTransport {
 	}
 	return &tcpTransport{q: q, digest: q.ctrl.cfg.tcpDigest, pdus: make([]tcpSlotPDU, depth),
 		pend: make([]tcpSend, 0, 2*depth), writing: make([]tcpSend, 0, 2*depth),
-		wake: make(chan struct{}, 1), wdone: make(chan struct{}), wvec: make(net.Buffers, 0, 8*depth)}
+		wake: make(chan struct{}, 1), wdone: make(chan struct{}), wvec: make(net.Buffers, 0, 8*depth),
+		ddErr: make([]uint32, depth)}
 }
 
 func (t *tcpTransport) init() error { return nil }
@@ -296,7 +301,7 @@ func (t *tcpTransport) readPDU() error {
 			return fmt.Errorf("%w: %w", ErrProtocol, err)
 		}
 		if s := q.responseSlot(cqe.CID); s != nil {
-			q.gotResponse(s, cqe)
+			q.gotResponse(s, t.digestStatus(s, cqe))
 		}
 		return nil
 	case nvmeof.TCPPDUC2HData:
@@ -343,7 +348,10 @@ func (t *tcpTransport) xferSlot(cid uint16, what string) (*slot, error) {
 }
 
 // onC2HData reads the data of a C2HData PDU into its command's memory.
-// With SUCCESS, the command is complete: no CapsuleResp follows.
+// With SUCCESS, the command is complete: no CapsuleResp follows. A data
+// digest that does not match is not fatal: the bytes already read stay
+// where they landed, the command is marked to fail (digestStatus) and the
+// connection goes on.
 func (t *tcpTransport) onC2HData(h nvmeof.TCPHeader, l nvmeof.TCPLayout) error {
 	q := t.q
 	p, _ := nvmeof.ParseTCPDataPDU(t.hdr[:nvmeof.TCPDataHeaderSize])
@@ -372,13 +380,30 @@ func (t *tcpTransport) onC2HData(h nvmeof.TCPHeader, l nvmeof.TCPLayout) error {
 			return err
 		}
 		if !nvmeof.TCPDigestMatches(t.dig[:], nvmeof.TCPDigest(data)) {
-			return fmt.Errorf("%w: data digest error in C2HData for CID %#04x", ErrProtocol, p.CCCID)
+			q.log.Warn("nvmeof/host: data digest error in C2HData; the command fails", "cid", p.CCCID, "datao", p.DATAO, "datal", p.DATAL)
+			t.ddErr[s.idx] = uint32(p.CCCID) + 1
 		}
 	}
 	if h.Flags&nvmeof.TCPFlagSuccess != 0 {
-		q.gotResponse(s, nvmeof.Completion{CID: p.CCCID})
+		q.gotResponse(s, t.digestStatus(s, nvmeof.Completion{CID: p.CCCID}))
 	}
 	return nil
+}
+
+// digestStatus returns the completion of slot s's command as the host
+// reports it: a successful one becomes Transient Transport Error if one of
+// the command's C2HData PDUs failed its data digest (an error status the
+// controller sent stands). It clears the slot's mark.
+func (t *tcpTransport) digestStatus(s *slot, cqe nvmeof.Completion) nvmeof.Completion {
+	bad := t.ddErr[s.idx]
+	if bad == 0 {
+		return cqe
+	}
+	t.ddErr[s.idx] = 0
+	if bad == uint32(cqe.CID)+1 && cqe.Status.Success() {
+		cqe.Status = nvmeof.StatusTransientTransportError
+	}
+	return cqe
 }
 
 // onR2T sends the data an R2T asks for, in H2CData PDUs of at most
