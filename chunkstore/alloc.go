@@ -28,6 +28,11 @@ type allocator struct {
 	epoch   uint64
 	pending []pendingSlot
 	inUse   uint64
+
+	// commitAt is how many pending slots make release signal kick (the
+	// store's background committer); 0 never does. Set before use.
+	commitAt int
+	kick     chan struct{}
 }
 
 type pendingSlot struct{ slot, epoch uint64 }
@@ -124,6 +129,19 @@ func (a *allocator) release(p uint64) {
 		}
 	}
 	a.pending = append(a.pending, pendingSlot{slot: p, epoch: a.epoch})
+	if a.commitAt > 0 && len(a.pending) >= a.commitAt {
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waiting returns how many released slots wait for a commit.
+func (a *allocator) waiting() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.pending)
 }
 
 // beginCommit starts a commit: slots released so far are freed by

@@ -123,6 +123,7 @@ func (s *Store) PutChunk(id ChunkID, data []byte, flags WriteFlags) error {
 	if len(data) > MaxChunkSize {
 		return fmt.Errorf("%w: chunk of %d bytes, at most %d", ErrInvalidArgument, len(data), MaxChunkSize)
 	}
+	s.throttle()
 	owner := s.owner.Add(1) - 1
 	sb := s.stripeBytes()
 	rec := &chunkRecord{Owner: owner, Length: int64(len(data))}
@@ -265,6 +266,7 @@ func (s *Store) DeleteChunk(id ChunkID, flags WriteFlags) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
+	s.throttle()
 	l := s.chunks.lock(id)
 	l.Lock()
 	if s.chunks.get(id) == nil {

@@ -237,8 +237,11 @@ func runCrash(t *testing.T, seed uint64) {
 	g := geos[seed%uint64(len(geos))]
 	cache := []int{DefaultWriteCache, 0, 2}[r.IntN(3)]
 	unit := 4096 * (1 + r.IntN(2))
+	// Background commits (and writers committing for themselves) land
+	// between the workload's operations at times of their own.
+	autoCommit := []int{0, 2, 16}[r.IntN(3)]
 	td := newTestDevices(t, g.Devices())
-	opts := testOpts(g, unit, WithWriteCache(cache))
+	opts := testOpts(g, unit, WithWriteCache(cache), WithAutoCommit(autoCommit))
 	s := mustCreate(t, td, opts...)
 	blocks := (g.Data*unit*12 + 3*crashBlock) / crashBlock
 	v, err := s.CreateVolume("vol", int64(blocks*crashBlock))

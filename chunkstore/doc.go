@@ -91,7 +91,16 @@
 // encoded once, each device's shards are checksummed and written (one
 // pwritev per run of consecutive slots), and the in-memory block map is
 // pointed at the new extent. The old slot is released, but not reused
-// until a commit that no longer references it has completed.
+// until a commit that no longer references it has completed. So that a
+// host that overwrites and never flushes does not grow the shard files
+// without bound, the store commits in the background once WithAutoCommit
+// released slots (default 1024) wait for a commit; a writer that finds
+// four times that many waiting (the committer has fallen behind) commits
+// itself before it writes. Such a commit makes durable what the block
+// maps point at and leaves the write caches alone. Before this, a 512 MiB
+// volume of 4+2 stripes overwritten at random with 4 KiB writes for 11 s
+// through the NBD bridge, without a flush, grew every shard file (about
+// 136 MiB when full) to 1.6 GB.
 //
 // Partial-stripe writes go through a per-volume write cache (a volatile
 // write cache, as the namespace advertises with VWC=1): the written sectors
@@ -115,8 +124,9 @@
 //
 // # Crash consistency
 //
-// Sync (and FUA, and CreateVolume, DeleteVolume, and Rebuild's
-// checkpoints) commits in this order (Store.commitLocked):
+// Sync (and FUA, and CreateVolume, DeleteVolume, Rebuild's checkpoints
+// and the background commits above) commits in this order
+// (Store.commitLocked):
 //
 //  1. begin an allocator epoch, then snapshot the changed extents, chunk
 //     records and device table into a batch;
@@ -266,6 +276,8 @@
 // by one goroutine per device. A chunk is read under a shared lock and
 // replaced under an exclusive one, so a reader never sees a slot freed
 // under it. Sync, Scrub, RepairQueued and Rebuild run beside normal I/O.
+// The background committer is one goroutine per store, from Open to Close;
+// it and throttled writers take commitMu holding no other lock.
 //
 // Lock order (each mutex's comment says what it guards):
 //
@@ -297,7 +309,9 @@
 //   - FUA is implemented as a full commit (every device's fsync and every
 //     replica's transaction), and Sync of one volume is the store's Sync.
 //   - Shard files grow to the high-water mark of slots and never shrink;
-//     freed slots are reused (lowest first), not punched out.
+//     freed slots are reused (lowest first), not punched out. Between
+//     commits the mark can pass the live slots by up to four times
+//     WithAutoCommit (more with many writers at once).
 //   - Block maps and chunk records are held in memory (about 50 bytes per
 //     mapped stripe) and loaded at Open; a store of many small chunks pays
 //     a slot per chunk.

@@ -28,6 +28,10 @@ const DefaultStripeUnit = 64 << 10
 // keeps in memory before writing them out.
 const DefaultWriteCache = 64
 
+// DefaultAutoCommit is how many released slots wait for a commit before
+// the store commits in the background (WithAutoCommit).
+const DefaultAutoCommit = 1024
+
 // genReserve: generations are reserved in blocks this large, committed
 // ahead of use, so a crash never lets one be handed out twice.
 const genReserve = 1 << 40
@@ -41,6 +45,7 @@ type options struct {
 	unit    int
 	unitSet bool
 	cache   int
+	commit  int // WithAutoCommit
 	logger  *slog.Logger
 }
 
@@ -57,12 +62,20 @@ func WithStripeUnit(n int) Option { return func(o *options) { o.unit, o.unitSet 
 // in memory (default 64). 0 writes every partial stripe at once.
 func WithWriteCache(stripes int) Option { return func(o *options) { o.cache = stripes } }
 
+// WithAutoCommit sets how many slots, released by overwrites, discards
+// and chunk deletes, may wait for a commit before the store commits in the
+// background (default DefaultAutoCommit; 0 leaves it to Sync). A released
+// slot is reused only after a commit (doc.go, "Writes"), so without one a
+// host that overwrites and never flushes grows the shard files without
+// bound.
+func WithAutoCommit(slots int) Option { return func(o *options) { o.commit = slots } }
+
 // WithLogger sets where the store reports device failures, repairs and the
 // SIMD path it found. The default discards.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, cache: DefaultWriteCache}
+	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, cache: DefaultWriteCache, commit: DefaultAutoCommit}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -77,6 +90,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.cache < 0 {
 		return o, fmt.Errorf("%w: write cache of %d stripes", ErrInvalidOption, o.cache)
+	}
+	if o.commit < 0 {
+		return o, fmt.Errorf("%w: auto-commit after %d slots", ErrInvalidOption, o.commit)
 	}
 	return o, nil
 }
@@ -121,6 +137,10 @@ type Store struct {
 	bufs   bufferPool
 
 	closed atomic.Bool
+	// stop ends the background committer (autoCommit), which closes
+	// bgDone when it returns.
+	stop   chan struct{}
+	bgDone chan struct{}
 }
 
 // Create formats devs (one vfs.FS per device, in order) as a new store
@@ -232,6 +252,7 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: no devices", ErrInvalidArgument)
 	}
 	s := &Store{log: o.logger, opts: o}
+	s.alloc.commitAt, s.alloc.kick = o.commit, make(chan struct{}, 1)
 	s.devs = make([]*device, len(devs))
 	ids := make([]identity, len(devs))
 	idErr := make([]error, len(devs))
@@ -336,6 +357,8 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 		s.closeFiles()
 		return nil, err
 	}
+	s.stop, s.bgDone = make(chan struct{}), make(chan struct{})
+	go s.autoCommit()
 	s.log.Info("chunkstore: open", "store", s.id, "geometry", s.geo.String(), "unit", s.unit,
 		"simd", SIMD(), "degraded", len(soft))
 	return s, nil
@@ -543,8 +566,10 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
 	s.closeFiles()
+	s.commitMu.Unlock()
+	close(s.stop)
+	<-s.bgDone
 	return err
 }
 
@@ -572,6 +597,55 @@ func (s *Store) Sync() error {
 		first = err
 	}
 	return first
+}
+
+// autoCommit is the background committer: it commits when the allocator
+// says that opts.commit released slots wait for one. It is what reclaims
+// the space of overwritten stripes when the host does not flush. A
+// commit leaves the volumes' write caches alone: it makes durable what
+// the block maps already point at, which a Sync would make durable too.
+func (s *Store) autoCommit() {
+	defer close(s.bgDone)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.alloc.kick:
+		}
+		s.commitMu.Lock()
+		if !s.closed.Load() && s.alloc.waiting() >= s.opts.commit {
+			if err := s.commitLocked(nil); err != nil {
+				s.log.Warn("chunkstore: background commit failed", "err", err)
+			} else {
+				s.stats.autoCommits.Add(1)
+			}
+		}
+		s.commitMu.Unlock()
+	}
+}
+
+// throttleFactor: a writer commits itself once this many thresholds of
+// released slots wait, the background committer having fallen behind.
+const throttleFactor = 4
+
+// throttle is where writes, discards and chunk puts and deletes start,
+// holding no lock: when throttleFactor × opts.commit released slots wait
+// for a commit, the writer makes the commit itself, so that a writer
+// faster than the committer cannot grow the shard files without bound.
+func (s *Store) throttle() {
+	if s.opts.commit == 0 || s.alloc.waiting() < throttleFactor*s.opts.commit {
+		return
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.closed.Load() || s.alloc.waiting() < throttleFactor*s.opts.commit {
+		return
+	}
+	if err := s.commitLocked(nil); err != nil {
+		s.log.Warn("chunkstore: commit for a throttled writer failed", "err", err)
+		return
+	}
+	s.stats.autoCommits.Add(1)
 }
 
 // commit makes the current in-memory metadata durable.

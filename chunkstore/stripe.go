@@ -45,6 +45,7 @@ type counters struct {
 	shardUnavailable, shardIO     atomic.Int64
 	shardChecksum, shardHeader    atomic.Int64
 	shardsRepaired                atomic.Int64
+	autoCommits                   atomic.Int64
 }
 
 // Stats are counts since Open.
@@ -67,6 +68,9 @@ type Stats struct {
 	ShardsRepaired int64
 	// RepairQueue is the number of stripes waiting for RepairQueued.
 	RepairQueue int
+	// AutoCommits counts the commits made in the background to reclaim
+	// released slots (WithAutoCommit).
+	AutoCommits int64
 }
 
 // Stats returns the event counters.
@@ -84,6 +88,7 @@ func (s *Store) Stats() Stats {
 		ShardHeader:      c.shardHeader.Load(),
 		ShardsRepaired:   c.shardsRepaired.Load(),
 		RepairQueue:      s.repair.len(),
+		AutoCommits:      c.autoCommits.Load(),
 	}
 }
 

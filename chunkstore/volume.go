@@ -334,6 +334,7 @@ func (v *Volume) WriteAtFlags(p []byte, off int64, flags WriteFlags) (int, error
 	if off < 0 || off+int64(len(p)) > v.size {
 		return 0, fmt.Errorf("%w: write of %d bytes at %d, volume %q is %d bytes", ErrOutOfRange, len(p), off, v.name, v.size)
 	}
+	v.s.throttle()
 	fua := flags&FUA != 0
 	n := int64(len(p))
 	for done := int64(0); done < n; {
@@ -653,6 +654,7 @@ func (v *Volume) WriteZeroes(off, n int64, flags WriteFlags) error {
 	if off < 0 || n < 0 || off+n > v.size {
 		return fmt.Errorf("%w: %d bytes at %d, volume %q is %d bytes", ErrOutOfRange, n, off, v.name, v.size)
 	}
+	v.s.throttle()
 	for done := int64(0); done < n; {
 		pos := off + done
 		idx := uint64(pos / v.stripeBytes)
