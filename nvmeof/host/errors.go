@@ -47,10 +47,11 @@ var (
 	// ErrCommandTimeout: an I/O command was not answered within the I/O
 	// timeout; the host treats the controller as lost.
 	ErrCommandTimeout = errors.New("nvmeof/host: command not answered in time")
-	// ErrProtocol: the controller broke the RDMA binding: a response for
-	// no outstanding command, a response capsule of the wrong size, a
-	// remote invalidation of a key the command did not offer, a malformed
-	// Connect answer. The host drops the connection.
+	// ErrProtocol: the controller broke its transport binding: a response
+	// for no outstanding command, a response capsule of the wrong size, a
+	// remote invalidation of a key the command did not offer (RDMA), a
+	// malformed PDU or ICResp (TCP), a malformed Connect answer. The host
+	// drops the connection.
 	ErrProtocol = errors.New("nvmeof/host: protocol violation by the controller")
 	// ErrNamespaceChanged: after a reconnect the namespace reported a
 	// different size or format; its requests fail rather than land at the
