@@ -23,6 +23,9 @@ type bufferPool struct {
 type hdrBuf struct {
 	b    [shardHeaderRegion]byte
 	crcs [MaxStripeUnit / SectorSize]uint32
+	// iov is readShardRange's preadv vector (header region, payload),
+	// kept here so that building it allocates nothing.
+	iov [2][]byte
 }
 
 func (p *bufferPool) init(unit int) {
@@ -365,7 +368,9 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 	var rerr error
 	if a == 0 {
 		// Header region and payload are contiguous: one preadv.
-		_, rerr = f.data.ReadAtv([][]byte{h.b[:], dst}, off)
+		h.iov[0], h.iov[1] = h.b[:], dst
+		_, rerr = f.data.ReadAtv(h.iov[:], off)
+		h.iov[1] = nil // the pool must not keep the caller's buffer
 	} else {
 		rerr = vfs.ReadFull(f.data, h.b[:hn], off)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"sort"
+	"sync"
 	"syscall"
 
 	bolt "go.etcd.io/bbolt"
@@ -21,16 +22,11 @@ import (
 // file size, and a file that grows first has the block that held its old
 // end cut back to it (trimTail).
 
-func (s *Server) lockData(ino uint64) func() {
-	l := &s.dataLocks[ino%uint64(len(s.dataLocks))]
-	l.Lock()
-	return l.Unlock
-}
-
-func (s *Server) rlockData(ino uint64) func() {
-	l := &s.dataLocks[ino%uint64(len(s.dataLocks))]
-	l.RLock()
-	return l.RUnlock
+// dataLock returns the lock of ino's data (Server.dataLocks). Callers
+// lock and unlock it themselves: returning the unlock as a func value
+// would allocate a closure per read.
+func (s *Server) dataLock(ino uint64) *sync.RWMutex {
+	return &s.dataLocks[ino%uint64(len(s.dataLocks))]
 }
 
 func (s *Server) viewInode(ino uint64) (*inode, error) {
@@ -68,7 +64,9 @@ func (s *Server) read(ino uint64, off int64, buf []byte) (int, error) {
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
-	defer s.rlockData(ino)()
+	l := s.dataLock(ino)
+	l.RLock()
+	defer l.RUnlock()
 	var n *inode
 	var inline []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -164,7 +162,9 @@ func (s *Server) write(ino uint64, off int64, data []byte, appending bool) (int,
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
-	defer s.lockData(ino)()
+	l := s.dataLock(ino)
+	l.Lock()
+	defer l.Unlock()
 	var n *inode
 	var inline []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -306,7 +306,9 @@ func (s *Server) commitChunks(ino uint64, added, newSize, now int64) error {
 // deleteChunks deletes the chunks of ino's blocks from block first on, in
 // a file of size bytes.
 func (s *Server) deleteChunks(ino uint64, first, size int64) {
-	defer s.lockData(ino)()
+	l := s.dataLock(ino)
+	l.Lock()
+	defer l.Unlock()
 	s.deleteChunksLocked(ino, first, size)
 }
 
@@ -439,7 +441,8 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 func (s *Server) setAttr(ino uint64, in *proto.SetAttr) (a proto.Attr, err error) {
 	now := s.opt.Now().UnixNano()
 	if in.Valid&proto.SetSize != 0 {
-		unlock := s.lockData(ino)
+		l := s.dataLock(ino)
+		l.Lock()
 		n, err := s.viewInode(ino)
 		if err == nil {
 			switch {
@@ -453,7 +456,7 @@ func (s *Server) setAttr(ino uint64, in *proto.SetAttr) (a proto.Attr, err error
 				err = s.truncateLocked(ino, n, int64(in.Size), now)
 			}
 		}
-		unlock()
+		l.Unlock()
 		if err != nil {
 			return a, err
 		}
@@ -577,7 +580,9 @@ func (s *Server) fallocate(ino uint64, mode uint32, off, length int64) error {
 	if off < 0 || length <= 0 || off+length < off {
 		return syscall.EINVAL
 	}
-	defer s.lockData(ino)()
+	l := s.dataLock(ino)
+	l.Lock()
+	defer l.Unlock()
 	n, err := s.viewInode(ino)
 	if err != nil {
 		return err
