@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // allocator hands out physical stripe slots. Slot p is the p-th shard slot
@@ -33,6 +34,9 @@ type allocator struct {
 	// store's background committer); 0 never does. Set before use.
 	commitAt int
 	kick     chan struct{}
+	// nPending is len(pending), readable without mu: every write checks
+	// it (Store.throttle).
+	nPending atomic.Int64
 }
 
 type pendingSlot struct{ slot, epoch uint64 }
@@ -129,6 +133,7 @@ func (a *allocator) release(p uint64) {
 		}
 	}
 	a.pending = append(a.pending, pendingSlot{slot: p, epoch: a.epoch})
+	a.nPending.Store(int64(len(a.pending)))
 	if a.commitAt > 0 && len(a.pending) >= a.commitAt {
 		select {
 		case a.kick <- struct{}{}:
@@ -138,11 +143,7 @@ func (a *allocator) release(p uint64) {
 }
 
 // waiting returns how many released slots wait for a commit.
-func (a *allocator) waiting() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.pending)
-}
+func (a *allocator) waiting() int { return int(a.nPending.Load()) }
 
 // beginCommit starts a commit: slots released so far are freed by
 // commitDone of the returned epoch. Call it before taking the snapshot.
@@ -167,6 +168,7 @@ func (a *allocator) commitDone(e uint64) {
 		}
 	}
 	a.pending = keep
+	a.nPending.Store(int64(len(keep)))
 }
 
 // usage returns the slots in use and the high-water mark.
