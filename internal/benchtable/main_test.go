@@ -73,14 +73,7 @@ BenchmarkR3Baseline/fio-psync-tmpfs 1 600000 IOPS
 `
 
 func TestRenderBlock(t *testing.T) {
-	var out bytes.Buffer
-	require.NoError(t, run(strings.NewReader(blockSample), &out))
-	lines := map[string]string{}
-	for _, l := range strings.Split(out.String(), "\n") {
-		if f := strings.Fields(l); len(f) > 0 {
-			lines[f[0]] = l
-		}
-	}
+	lines := renderLines(t, blockSample)
 	// Medians: 70000 / 110000 = 0.64, above R5's 0.60.
 	require.Regexp(t, `70000 IOPS\s+Block/randread-4KiB/nbdkit-memory\s+110000 IOPS\s+0\.64\s+R5 >= 0\.60 ok`, lines["Block/randread-4KiB/capsule-shm-mem"])
 	// 1000 / 2000 = 0.50, below.
