@@ -228,10 +228,10 @@ func (q *queue) advanceSQHD() uint16 {
 	}
 }
 
-// closed tells the core that the binding has torn the queue down: the
+// closed tells the core that the binding is tearing the queue down: the
 // controller forgets it, and losing the admin queue ends the controller.
-// The binding calls it once, on the queue's goroutine, before it frees the
-// queue's buffers.
+// The binding calls it once, on the queue's goroutine, before it stops the
+// queue's workers and frees its buffers.
 func (q *queue) closed() {
 	if c := q.ctrl; c != nil {
 		if q.qid == 0 {
@@ -240,5 +240,9 @@ func (q *queue) closed() {
 			c.removeIOQueue(q)
 		}
 	}
-	q.t.forgetQueue(q)
 }
+
+// gone tells the target the queue holds nothing any more: its workers have
+// stopped and its buffers are freed (or back in the listener's cache). The
+// binding calls it once, last, after closed.
+func (q *queue) gone() { q.t.forgetQueue(q) }

@@ -233,6 +233,7 @@ func (q *rdmaQueue) teardown() {
 	q.core.closed()
 	q.workers.stop()
 	q.free()
+	q.core.gone()
 	q.l.queues.Done()
 	q.log.Debug("queue closed", "err", q.qp.Err())
 }

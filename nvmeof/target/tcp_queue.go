@@ -187,6 +187,7 @@ func (q *tcpQueue) teardown() {
 	}
 	q.core.closed()
 	q.workers.stop()
+	q.core.gone()
 }
 
 // disconnect implements queueTransport.
