@@ -15,27 +15,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// requireFUSE skips a test that needs a FUSE mount where /dev/fuse or
-// fusermount3 is missing; with CI=true it fails instead.
-func requireFUSE(t *testing.T) {
-	t.Helper()
-	var missing []string
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		missing = append(missing, "/dev/fuse")
-	}
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		missing = append(missing, "fusermount3 (package fuse3)")
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("FUSE tests need %s", strings.Join(missing, " and "))
-	}
-	t.Skipf("no %s", strings.Join(missing, " or "))
-}
+	"github.com/capsule-storage/capsule/internal/prereq"
+)
 
 // startFileTarget runs `target serve` with its default namespaces on an
 // shm:// and an iwarp:// listener, and returns it with their URLs.
@@ -72,7 +54,7 @@ func mountFUSE(t *testing.T, url string, args ...string) *fuseMount {
 // mountFUSEFrom is mountFUSE with the mount binary at bin.
 func mountFUSEFrom(t *testing.T, bin, url string, args ...string) *fuseMount {
 	t.Helper()
-	requireFUSE(t)
+	prereq.FUSE(t)
 	dir := t.TempDir()
 	args = append(append([]string{"--target", url}, args...), dir)
 	cmd := exec.Command(bin, args...)
@@ -150,14 +132,7 @@ func fileSHA256(t *testing.T, path string) string {
 // its output on error; with CI=true a missing program is a failure.
 func runCommand(t *testing.T, name string, args ...string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not installed; make deps installs it", name)
-		}
-		t.Skipf("%s is not installed", name)
-	}
-	out, err := exec.Command(p, args...).CombinedOutput()
+	out, err := exec.Command(prereq.Tool(t, name), args...).CombinedOutput()
 	require.NoError(t, err, "%s %s:\n%s", name, strings.Join(args, " "), out)
 	return string(out)
 }

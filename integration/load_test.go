@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
 // The load case runs the block and the file service of one target at
@@ -51,8 +53,8 @@ var loadBlockSizes = []string{"16k", "64k", "32k"}
 // again: fio reads back every block of its last run, and every file
 // matches its sha256 through both mounts.
 func TestLoadNBDAndFUSE(t *testing.T) {
-	requireTool(t, "fio")
-	requireFUSE(t)
+	prereq.Tool(t, "fio")
+	prereq.FUSE(t)
 	tgt, shm, iwarp := startFileTarget(t, t.TempDir(), "--nqn", nbdNQN, "--listen", "tcp://127.0.0.1:0")
 	tcp := listenerWithScheme(t, tgt, "tcp://")
 	bridge, uri := startBridge(t, tcp, nbdNQN, "127.0.0.1:0", "")

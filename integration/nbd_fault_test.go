@@ -18,6 +18,7 @@ import (
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/internal/nbd"
 	"github.com/capsule-storage/capsule/internal/nbd/nsdevice"
+	"github.com/capsule-storage/capsule/internal/prereq"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 	"github.com/capsule-storage/capsule/rdma/fault"
 )
@@ -74,7 +75,7 @@ func startLoadRunning(t *testing.T, uri string, jobs int, bs string, verify bool
 		// machine's speed, so the fault surely lands inside it.
 		args = append(args, "--time_based", "--runtime=4")
 	}
-	cmd := exec.Command(requireTool(t, "fio"), args...)
+	cmd := exec.Command(prereq.Tool(t, "fio"), args...)
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
@@ -126,8 +127,8 @@ func ecTarget(t *testing.T, data, listen string) (*daemon, string) {
 // acknowledged writes may be gone, and everything flushed before the
 // kill verifies.
 func TestNBDTargetKilled(t *testing.T) {
-	requireTool(t, "fio")
-	requireTool(t, "nbdsh")
+	prereq.Tool(t, "fio")
+	prereq.Tool(t, "nbdsh")
 	data := t.TempDir()
 	tgt, url := ecTarget(t, data, "iwarp://127.0.0.1:0")
 	bridge, uri := startBridge(t, url, nbdNQN, "127.0.0.1:0", "", "--reconnect-timeout", "2m")
@@ -169,7 +170,7 @@ print("flush ok")
 // one, then writes and verifies through the new one. The target runs
 // over shm here.
 func TestNBDBridgeKilled(t *testing.T) {
-	requireTool(t, "fio")
+	prereq.Tool(t, "fio")
 	data := t.TempDir()
 	shm := uniqueShm("nbd-bridge")
 	startDaemon(t, "capsule target ready", "serve", "--listen", shm, "--data", data,
@@ -200,7 +201,7 @@ func TestNBDBridgeKilled(t *testing.T) {
 // sees no error: each request in flight at a cut is resubmitted after
 // the reconnect.
 func TestNBDConnectionCut(t *testing.T) {
-	requireTool(t, "fio")
+	prereq.Tool(t, "fio")
 	data := t.TempDir()
 	_, url := ecTarget(t, data, "iwarp://127.0.0.1:0")
 	addr := strings.TrimPrefix(url, "iwarp://")
@@ -250,7 +251,7 @@ func TestNBDConnectionCut(t *testing.T) {
 // deleted and shard bytes on another device are flipped. Every block
 // fio wrote must verify, and so must everything flushed before.
 func TestNBDStoreDamageUnderLoad(t *testing.T) {
-	requireTool(t, "fio")
+	prereq.Tool(t, "fio")
 	data := t.TempDir()
 	shm := uniqueShm("nbd-damage")
 	startDaemon(t, "capsule target ready", "serve", "--listen", shm, "--data", data,

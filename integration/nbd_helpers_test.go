@@ -13,21 +13,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// requireTool finds a client no one here wrote. With CI=true a missing
-// one fails the test: make test installs them (TEST_DEBS).
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not installed; make deps installs it", name)
-		}
-		t.Skipf("%s is not installed; make deps installs it", name)
-	}
-	return p
-}
+	"github.com/capsule-storage/capsule/internal/prereq"
+)
 
 // startBinary runs bin/NAME with args and waits for a stdout line that
 // begins with readyPrefix; the test stops it by pid (daemon.stop).
@@ -63,7 +51,7 @@ func (d *daemon) kill9(t *testing.T) {
 // one earlier in PATH.
 func runTool(t *testing.T, name string, args ...string) string {
 	t.Helper()
-	path := requireTool(t, name)
+	path := prereq.Tool(t, name)
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(path)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()

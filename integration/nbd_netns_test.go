@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
 // netnsTransports are the NVMe-oF transports the several-hosts case runs
@@ -21,18 +23,8 @@ var netnsTransports = []string{"iwarp", "tcp"}
 // veth pairs (root, iproute2); with CI=true it fails when not.
 func requireNetns(t *testing.T) {
 	t.Helper()
-	skip := func(why string) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("network namespaces are needed: %s", why)
-		}
-		t.Skipf("network namespaces are needed: %s", why)
-	}
-	if os.Geteuid() != 0 {
-		skip("not root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		skip("no ip (iproute2)")
-	}
+	prereq.Root(t, "making network namespaces")
+	prereq.Tool(t, "ip")
 }
 
 // ipCmd runs ip with args, failing the test on error.
@@ -83,7 +75,7 @@ func inNetns(ns string, argv ...string) []string {
 // host wrote.
 func TestNBDSeveralHosts(t *testing.T) {
 	requireNetns(t)
-	fio := requireTool(t, "fio")
+	fio := prereq.Tool(t, "fio")
 	for _, tr := range netnsTransports {
 		t.Run(tr, func(t *testing.T) {
 			tgtNS, hosts, addrs := hostsNet(t)

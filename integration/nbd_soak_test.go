@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
 // nbdSoak turns on TestNBDSoak: go test ./integration -run Soak -args -nbd.soak 10m
@@ -25,7 +27,7 @@ func TestNBDSoak(t *testing.T) {
 	if *nbdSoak <= 0 {
 		t.Skip("a soak run; enable it with -nbd.soak DURATION")
 	}
-	requireTool(t, "fio")
+	prereq.Tool(t, "fio")
 	data := t.TempDir()
 	tgt, url := ecTarget(t, data, "iwarp://127.0.0.1:0")
 	bridge, uri := startBridge(t, url, nbdNQN, "127.0.0.1:0", "")

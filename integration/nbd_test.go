@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
 const nbdNQN = "nqn.2026-11.io.capsule:nbd-integration"
@@ -56,7 +58,7 @@ print("nbdsh ok")
 // nbdsh, fio's nbd engine with verification, and qemu-img.
 func TestNBDRealClients(t *testing.T) {
 	for _, tool := range []string{"nbdinfo", "nbdcopy", "nbdsh", "fio", "qemu-img"} {
-		requireTool(t, tool)
+		prereq.Tool(t, tool)
 	}
 	tgt := startDaemon(t, "capsule target ready", "serve", "--listen", "iwarp://127.0.0.1:0",
 		"--namespace", "mem:128MiB", "--nqn", nbdNQN)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/capsule-storage/capsule/internal/prereq"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/rdma"
 	_ "github.com/capsule-storage/capsule/rdma/providers"
@@ -91,12 +92,12 @@ func TestServe(t *testing.T) {
 func TestServeDefaults(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:4420")
 	if err != nil {
-		t.Skipf("127.0.0.1:4420 is in use here (%v); the default listeners need it", err)
+		prereq.Missing(t, "127.0.0.1:4420 is in use here (%v); the default listeners need it", err)
 	}
 	ln.Close()
 	probe, err := rdma.Listen(context.Background(), "shm://capsule")
 	if err != nil {
-		t.Skipf("shm://capsule is in use here (%v); the default listeners need it", err)
+		prereq.Missing(t, "shm://capsule is in use here (%v); the default listeners need it", err)
 	}
 	probe.Close()
 

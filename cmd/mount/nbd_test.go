@@ -16,23 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v2"
 
+	"github.com/capsule-storage/capsule/internal/prereq"
 	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 	"github.com/capsule-storage/capsule/nvmeof/target"
 )
-
-// requireTool finds a client no one here wrote; with CI=true a missing
-// one fails the test instead of skipping it.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not installed (make deps installs it)", name)
-		}
-		t.Skipf("%s is not installed (make deps installs it)", name)
-	}
-	return p
-}
 
 // startTarget serves a memory namespace of size bytes in this process
 // over iwarp on loopback and returns its URL and subsystem NQN.
@@ -59,7 +46,7 @@ func startTarget(t *testing.T, size int64) (string, string) {
 // this process, asks nbdinfo what it sees, and stops it as SIGTERM
 // would.
 func TestNBDExport(t *testing.T) {
-	nbdinfo := requireTool(t, "nbdinfo")
+	nbdinfo := prereq.Tool(t, "nbdinfo")
 	url, nqn := startTarget(t, 32<<20)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -18,33 +17,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
-)
 
-// requireFUSE skips the test where FUSE cannot be mounted, or fails it
-// under CI=true, where a missing prerequisite is an error.
-func requireFUSE(t *testing.T) {
-	t.Helper()
-	var missing []string
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		missing = append(missing, "/dev/fuse")
-	}
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		missing = append(missing, "fusermount3")
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("FUSE mount tests need %s", strings.Join(missing, " and "))
-	}
-	t.Skipf("no %s", strings.Join(missing, " or "))
-}
+	"github.com/capsule-storage/capsule/internal/prereq"
+)
 
 // mountMem mounts a fresh in-memory file service and unmounts it when
 // the test ends.
 func mountMem(t *testing.T, o Options) (string, *memClient) {
 	t.Helper()
-	requireFUSE(t)
+	prereq.FUSE(t)
 	m := newMemClient()
 	dir := t.TempDir()
 	server, err := Mount(context.Background(), m, dir, o)
@@ -498,12 +479,7 @@ func TestLocks(t *testing.T) {
 // TestReadAhead: a read-ahead window beyond FUSE's 128 KiB lands on the
 // mount's backing device.
 func TestReadAhead(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("setting the read-ahead in sysfs needs root")
-		}
-		t.Skip("setting the read-ahead in sysfs needs root")
-	}
+	prereq.Root(t, "setting the read-ahead in sysfs")
 	mnt, _ := mountMem(t, Options{MaxReadAhead: 2 << 20})
 	var st syscall.Stat_t
 	require.NoError(t, syscall.Stat(mnt, &st))

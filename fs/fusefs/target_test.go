@@ -15,13 +15,14 @@ import (
 	capfs "github.com/capsule-storage/capsule/fs"
 	"github.com/capsule-storage/capsule/fs/internal/fstest"
 	"github.com/capsule-storage/capsule/fs/server"
+	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
 // mountTarget mounts the file namespace of a target started in this
 // process (package fs/internal/fstest) at url, through the real client.
 func mountTarget(t *testing.T, url string, o Options) (string, *capfs.Client) {
 	t.Helper()
-	requireFUSE(t)
+	prereq.FUSE(t)
 	tt := fstest.Start(t, url, server.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

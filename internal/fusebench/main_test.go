@@ -2,25 +2,21 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
 // TestNullFS mounts the null file system and checks what it serves: a
 // file of the given size whose bytes are the pattern, and writes that
 // are taken and dropped.
 func TestNullFS(t *testing.T) {
-	if _, err := exec.LookPath("fusermount3"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("no fusermount3")
-		}
-		t.Skip("no fusermount3")
-	}
+	prereq.FUSE(t)
 	root := &nullRoot{size: 3<<20 + 5, pattern: make([]byte, 1<<20)}
 	for i := range root.pattern {
 		root.pattern[i] = byte(i * 7)
