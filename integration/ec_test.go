@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/internal/storetest"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 )
 
@@ -64,7 +65,7 @@ func TestErasureCodedNamespace(t *testing.T) {
 	var want []byte // the volume's first len(want) bytes; the rest is unwritten
 	write := func(n int) {
 		t.Helper()
-		p := randBytes(r, n)
+		p := storetest.RandBytes(r, n)
 		for off := 0; off < n; off += 1 << 20 {
 			_, err := ns.WriteAt(p[off:off+1<<20], int64(len(want)+off))
 			require.NoError(t, err)
@@ -110,7 +111,7 @@ func TestErasureCodedNamespace(t *testing.T) {
 	// (that is for repair), and the corrupted ones are listed and repaired.
 	res := runStoreCommand(t, "scrub", "--data", data)
 	require.Zero(t, res.code, "scrub:\n%s%s", res.stdout, res.stderr)
-	sum := summary(t, res.stdout, "scrub:")
+	sum := storetest.Summary(t, res.stdout, "scrub:")
 	assert.EqualValues(t, stripes, sum["checked"], "every stripe written")
 	assert.EqualValues(t, stripes, sum["damaged"], "every stripe misses its shard on the deleted device")
 	assert.EqualValues(t, len(corrupted), sum["shards_repaired"], "each corrupted shard is repaired:\n%s", res.stdout)
@@ -126,7 +127,7 @@ func TestErasureCodedNamespace(t *testing.T) {
 
 	res = runStoreCommand(t, "repair", "--data", data, "--device", dirs[ecLost])
 	require.Zero(t, res.code, "repair:\n%s%s", res.stdout, res.stderr)
-	sum = summary(t, res.stdout, "repair:")
+	sum = storetest.Summary(t, res.stdout, "repair:")
 	assert.EqualValues(t, ecLost, sum["device"])
 	assert.EqualValues(t, stripes, sum["rebuilt"])
 	assert.Zero(t, sum["unrecoverable"])
@@ -134,7 +135,7 @@ func TestErasureCodedNamespace(t *testing.T) {
 
 	res = runStoreCommand(t, "scrub", "--data", data)
 	require.Zero(t, res.code, "second scrub:\n%s%s", res.stdout, res.stderr)
-	sum = summary(t, res.stdout, "scrub:")
+	sum = storetest.Summary(t, res.stdout, "scrub:")
 	assert.EqualValues(t, stripes, sum["checked"])
 	assert.Zero(t, sum["damaged"], "scrub and repair left nothing to find:\n%s", res.stdout)
 

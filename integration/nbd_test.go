@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/internal/prereq"
+	"github.com/capsule-storage/capsule/internal/storetest"
 )
 
 const nbdNQN = "nqn.2026-11.io.capsule:nbd-integration"
@@ -99,7 +100,7 @@ func TestNBDRealClients(t *testing.T) {
 		dir := t.TempDir()
 		src, back := filepath.Join(dir, "src"), filepath.Join(dir, "back")
 		r := rand.New(rand.NewPCG(7, 7))
-		require.NoError(t, os.WriteFile(src, randBytes(r, 48<<20), 0o600))
+		require.NoError(t, os.WriteFile(src, storetest.RandBytes(r, 48<<20), 0o600))
 		runTool(t, "nbdcopy", "--connections=4", "--flush", src, uri)
 		runTool(t, "nbdcopy", "--connections=4", uri, back)
 		assert.Equal(t, sha256File(t, src, 48<<20), sha256File(t, back, 48<<20), "what went in came out")
@@ -124,7 +125,7 @@ func TestNBDRealClients(t *testing.T) {
 		dir := t.TempDir()
 		img := filepath.Join(dir, "img.raw")
 		r := rand.New(rand.NewPCG(8, 8))
-		require.NoError(t, os.WriteFile(img, randBytes(r, 128<<20), 0o600))
+		require.NoError(t, os.WriteFile(img, storetest.RandBytes(r, 128<<20), 0o600))
 		runTool(t, "qemu-img", "convert", "-n", "-f", "raw", "-O", "raw", img, uri)
 		out := runTool(t, "qemu-img", "compare", "-f", "raw", "-F", "raw", img, uri)
 		assert.Contains(t, out, "Images are identical")

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/internal/storetest"
 )
 
 func TestRepairFlags(t *testing.T) {
@@ -53,7 +54,7 @@ func TestRepairFlags(t *testing.T) {
 
 // repairedDirs is the device list after device pos moved to dir.
 func repairedDirs(data string, pos int, dir string) []string {
-	dirs := chunkstore.DeviceDirs(data, testGeo)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
 	dirs[pos] = dir
 	return dirs
 }
@@ -61,7 +62,7 @@ func repairedDirs(data string, pos int, dir string) []string {
 // requireRebuilt checks a store whose device was rebuilt: every device
 // healthy, parity and checksums all good, the data as written, read
 // without reconstruction.
-func requireRebuilt(t *testing.T, dirs []string, td testData) {
+func requireRebuilt(t *testing.T, dirs []string, td *storetest.Store) {
 	t.Helper()
 	s, err := chunkstore.OpenDirs(dirs)
 	require.NoError(t, err)
@@ -71,13 +72,13 @@ func requireRebuilt(t *testing.T, dirs []string, td testData) {
 	assert.EqualValues(t, testStripes, rep.Checked)
 	assert.Zero(t, rep.Damaged, "%+v", rep.Problems)
 	require.NoError(t, s.Close())
-	stats := verifyStore(t, dirs, td)
+	stats := td.Verify(t, dirs)
 	assert.Zero(t, stats.Reconstructions, "every shard is in place")
 }
 
 func TestRepairOntoNewDirectory(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 10)
+	td := storetest.Make(t, data, testVolSize, 10)
 	require.NoError(t, os.RemoveAll(filepath.Join(data, "dev2")))
 	newDir := filepath.Join(t.TempDir(), "disk7") // does not exist yet
 
@@ -112,8 +113,8 @@ func TestRepairOntoNewDirectory(t *testing.T) {
 
 func TestRepairAtDefaultPath(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 11)
-	dirs := chunkstore.DeviceDirs(data, testGeo)
+	td := storetest.Make(t, data, testVolSize, 11)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
 	// Two devices lost: the one given by its own path is rebuilt first.
 	require.NoError(t, os.RemoveAll(dirs[4]))
 	require.NoError(t, os.RemoveAll(dirs[0]))
@@ -137,8 +138,8 @@ func TestRepairAtDefaultPath(t *testing.T) {
 
 func TestRepairAsksWhichDevice(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 12)
-	dirs := chunkstore.DeviceDirs(data, testGeo)
+	td := storetest.Make(t, data, testVolSize, 12)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
 	require.NoError(t, os.RemoveAll(dirs[1]))
 	require.NoError(t, os.RemoveAll(dirs[3]))
 	newDir := t.TempDir()
@@ -168,8 +169,8 @@ func TestRepairAsksWhichDevice(t *testing.T) {
 
 func TestRepairRefusesHealthyDevice(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 13)
-	dirs := chunkstore.DeviceDirs(data, testGeo)
+	td := storetest.Make(t, data, testVolSize, 13)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
 
 	res := run("repair", "--data", data, "--device", dirs[0])
 	require.Error(t, res.err)
@@ -185,7 +186,7 @@ func TestRepairRefusesHealthyDevice(t *testing.T) {
 
 func TestRepairResumes(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 14)
+	td := storetest.Make(t, data, testVolSize, 14)
 	require.NoError(t, os.RemoveAll(filepath.Join(data, "dev1")))
 	newDir := t.TempDir()
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,19 +19,15 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/internal/storetest"
 )
 
-// The test store: 4+2 with a 4 KiB stripe unit, so a stripe holds 16 KiB
-// of data and a slot is 8 KiB on each device.
+// The test store (package internal/storetest): a 1 MiB volume, 64
+// stripes, and the chunk.
 const (
-	testUnit      = 4096
-	testSlot      = 4096 + testUnit // header region + payload
-	testVolSize   = 1 << 20         // 64 stripes
-	testChunkSize = 3 * 4 * testUnit
-	testStripes   = testVolSize/(4*testUnit) + testChunkSize/(4*testUnit)
+	testVolSize = 1 << 20
+	testStripes = testVolSize/storetest.StripeData + storetest.ChunkStripes
 )
-
-var testGeo = chunkstore.DefaultGeometry
 
 // storeApp is a cli.App with the store commands, as main.go builds it.
 func storeApp(stdout, stderr io.Writer) *cli.App {
@@ -65,29 +60,11 @@ func (r cliRun) code() int {
 	return 1
 }
 
-// summary parses the key=value fields of the last stdout line that begins
-// with prefix ("scrub:", "repair:").
+// summary parses the summary line, the last on stdout, which begins with
+// prefix ("scrub:", "repair:").
 func (r cliRun) summary(t *testing.T, prefix string) map[string]int64 {
 	t.Helper()
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	last := lines[len(lines)-1]
-	require.True(t, strings.HasPrefix(last, prefix), "the last stdout line is the summary:\n%s", r.stdout)
-	m := map[string]int64{}
-	for _, f := range strings.Fields(strings.TrimPrefix(last, prefix)) {
-		k, v, ok := strings.Cut(f, "=")
-		require.True(t, ok, "field %q of %q", f, last)
-		switch v {
-		case "true":
-			m[k] = 1
-		case "false":
-			m[k] = 0
-		default:
-			n, err := strconv.ParseInt(v, 10, 64)
-			require.NoError(t, err, "field %q of %q", f, last)
-			m[k] = n
-		}
-	}
-	return m
+	return storetest.Summary(t, r.stdout, prefix)
 }
 
 func runCLI(ctx context.Context, stderr io.Writer, args ...string) cliRun {
@@ -121,93 +98,13 @@ func (w *cancelOnWrite) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// testData is what a test store holds.
-type testData struct {
-	vol   []byte
-	chunk chunkstore.ChunkID
-	data  []byte
-}
-
-// makeStore creates a 4+2 store on data's default device directories
-// through the library: a fully written volume "vol" and one chunk, all in
-// full stripes, in slots 0 … testStripes-1.
-func makeStore(t *testing.T, data string, seed uint64) testData {
-	t.Helper()
-	s, err := chunkstore.CreateDirs(chunkstore.DeviceDirs(data, testGeo), chunkstore.WithStripeUnit(testUnit))
-	require.NoError(t, err)
-	r := rand.New(rand.NewPCG(seed, seed))
-	td := testData{vol: randBytes(r, testVolSize), chunk: chunkstore.NewChunkID(), data: randBytes(r, testChunkSize)}
-	v, err := s.CreateVolume("vol", testVolSize)
-	require.NoError(t, err)
-	_, err = v.WriteAt(td.vol, 0)
-	require.NoError(t, err)
-	require.NoError(t, s.PutChunk(td.chunk, td.data, 0))
-	require.NoError(t, s.Sync())
-	in := s.Info()
-	require.EqualValues(t, testStripes, in.SlotsInUse)
-	require.Equal(t, in.SlotsInUse, in.Slots, "every slot handed out is in use, so every slot below it is live")
-	require.NoError(t, s.Close())
-	return td
-}
-
-func randBytes(r *rand.Rand, n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
-// verifyStore opens the store on dirs and requires every byte to read
-// back as written; it returns the store's stats after the reads.
-func verifyStore(t *testing.T, dirs []string, td testData) chunkstore.Stats {
-	t.Helper()
-	s, err := chunkstore.OpenDirs(dirs)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, s.Close()) }()
-	v, err := s.OpenVolume("vol")
-	require.NoError(t, err)
-	got := make([]byte, testVolSize)
-	_, err = v.ReadAt(got, 0)
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(td.vol, got), "the volume reads back as written")
-	chunk, err := s.GetChunk(td.chunk)
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(td.data, chunk), "the chunk reads back as written")
-	return s.Stats()
-}
-
-// flipShardBytes flips 1 to 3 random bytes of one shard: in its payload,
-// or one in the checksummed part of its header.
-func flipShardBytes(t *testing.T, r *rand.Rand, devDir string, slot int) {
-	t.Helper()
-	f, err := os.OpenFile(filepath.Join(devDir, "shards"), os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, f.Close()) }()
-	offs := []int64{int64(slot*testSlot) + int64(r.IntN(64))} // header fields before the sector checksums
-	if r.IntN(4) != 0 {
-		offs = offs[:0]
-		for range 1 + r.IntN(3) {
-			offs = append(offs, int64(slot*testSlot+4096+r.IntN(testUnit)))
-		}
-	}
-	for _, off := range offs {
-		b := []byte{0}
-		_, err := f.ReadAt(b, off)
-		require.NoError(t, err)
-		b[0] ^= byte(1 + r.IntN(255))
-		_, err = f.WriteAt(b, off)
-		require.NoError(t, err)
-	}
-}
-
 // corruptSlots flips bytes in one shard of each of n distinct random
 // slots and returns the slots.
 func corruptSlots(t *testing.T, r *rand.Rand, dirs []string, n int) []int {
 	t.Helper()
 	slots := r.Perm(testStripes)[:n]
 	for _, slot := range slots {
-		flipShardBytes(t, r, dirs[r.IntN(len(dirs))], slot)
+		storetest.FlipShard(t, r, dirs[r.IntN(len(dirs))], slot)
 	}
 	return slots
 }
@@ -252,8 +149,8 @@ func TestScrubFlags(t *testing.T) {
 
 func TestScrubRepairsCorruptShards(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 1)
-	dirs := chunkstore.DeviceDirs(data, testGeo)
+	td := storetest.Make(t, data, testVolSize, 1)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
 	seed := uint64(rand.Int64())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 2))
@@ -272,7 +169,7 @@ func TestScrubRepairsCorruptShards(t *testing.T) {
 	assert.Equal(t, len(slots), strings.Count(res.stdout, "damaged: "), "each damaged stripe is named")
 	assert.Contains(t, res.stderr, "scrub: 1/67 stripes", "progress lines when stderr is not a terminal")
 
-	stats := verifyStore(t, dirs, td)
+	stats := td.Verify(t, dirs)
 	assert.Zero(t, stats.Reconstructions, "the repaired shards are on disk: reads need no reconstruction")
 
 	res = run("scrub", "--data", data)
@@ -284,8 +181,8 @@ func TestScrubRepairsCorruptShards(t *testing.T) {
 
 func TestScrubNoRepair(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 3)
-	dirs := chunkstore.DeviceDirs(data, testGeo)
+	td := storetest.Make(t, data, testVolSize, 3)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
 	slots := corruptSlots(t, rand.New(rand.NewPCG(3, 3)), dirs, 3)
 
 	res := run("scrub", "--data", data, "--no-repair")
@@ -298,7 +195,7 @@ func TestScrubNoRepair(t *testing.T) {
 	res = run("scrub", "--data", data)
 	require.NoError(t, res.err)
 	assert.EqualValues(t, len(slots), res.summary(t, "scrub:")["repaired"], "--no-repair left them for this run")
-	verifyStore(t, dirs, td)
+	td.Verify(t, dirs)
 }
 
 // volumeProblem matches a scrub line about a damaged volume stripe.
@@ -306,16 +203,16 @@ var volumeProblem = regexp.MustCompile(`damaged: volume "vol" stripe (\d+), bad 
 
 func TestScrubUnrecoverable(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 4)
-	dirs := chunkstore.DeviceDirs(data, testGeo)
+	td := storetest.Make(t, data, testVolSize, 4)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
 	r := rand.New(rand.NewPCG(4, 4))
 	// M+1 = 3 bad shards of one stripe are past what parity covers;
 	// another stripe has one bad shard, which is repaired.
 	lost := r.IntN(testStripes)
 	for _, d := range r.Perm(len(dirs))[:3] {
-		flipShardBytes(t, r, dirs[d], lost)
+		storetest.FlipShard(t, r, dirs[d], lost)
 	}
-	flipShardBytes(t, r, dirs[0], (lost+1)%testStripes)
+	storetest.FlipShard(t, r, dirs[0], (lost+1)%testStripes)
 
 	res := run("scrub", "--data", data)
 	require.Error(t, res.err)
@@ -338,7 +235,7 @@ func TestScrubUnrecoverable(t *testing.T) {
 		stripe, err = strconv.Atoi(m[1])
 		require.NoError(t, err)
 	}
-	const stripeBytes = 4 * testUnit
+	const stripeBytes = 4 * storetest.Unit
 	for i := range testVolSize / stripeBytes {
 		got := make([]byte, stripeBytes)
 		_, err := v.ReadAt(got, int64(i*stripeBytes))
@@ -347,22 +244,22 @@ func TestScrubUnrecoverable(t *testing.T) {
 			continue
 		}
 		require.NoError(t, err, "stripe %d", i)
-		require.True(t, bytes.Equal(td.vol[i*stripeBytes:(i+1)*stripeBytes], got), "stripe %d", i)
+		require.True(t, bytes.Equal(td.Vol[i*stripeBytes:(i+1)*stripeBytes], got), "stripe %d", i)
 	}
-	chunk, err := s.GetChunk(td.chunk)
+	chunk, err := s.GetChunk(td.Chunk)
 	if stripe < 0 {
-		assert.Contains(t, res.stdout, "damaged: chunk "+td.chunk.String())
+		assert.Contains(t, res.stdout, "damaged: chunk "+td.Chunk.String())
 		assert.True(t, chunkstore.IsUnavailable(err), "the lost stripe is the chunk's: %v", err)
 	} else {
 		require.NoError(t, err)
-		assert.True(t, bytes.Equal(td.data, chunk))
+		assert.True(t, bytes.Equal(td.ChunkData, chunk))
 	}
 }
 
 func TestScrubDegraded(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 5)
-	dirs := chunkstore.DeviceDirs(data, testGeo)
+	td := storetest.Make(t, data, testVolSize, 5)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
 	require.NoError(t, os.RemoveAll(dirs[5]))
 	slots := corruptSlots(t, rand.New(rand.NewPCG(5, 5)), dirs[:5], 4)
 
@@ -384,12 +281,12 @@ func TestScrubDegraded(t *testing.T) {
 	assert.Contains(t, res.stdout, fmt.Sprintf("scrub: %d more damaged stripes not listed", testStripes-len(slots)))
 	assert.Contains(t, res.stderr, "device 5 ("+dirs[5]+") is missing")
 	assert.Contains(t, res.stderr, "target repair")
-	verifyStore(t, dirs, td)
+	td.Verify(t, dirs)
 }
 
 func TestScrubInterrupted(t *testing.T) {
 	data := t.TempDir()
-	makeStore(t, data, 6)
+	storetest.Make(t, data, testVolSize, 6)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	res := runCLI(ctx, &cancelOnWrite{match: "stripes (", cancel: cancel}, "scrub", "--data", data)
@@ -403,7 +300,7 @@ func TestScrubInterrupted(t *testing.T) {
 
 func TestScrubGeometryHint(t *testing.T) {
 	data := t.TempDir()
-	makeStore(t, data, 7)
+	storetest.Make(t, data, testVolSize, 7)
 	res := run("scrub", "--data", data, "--ec", "2+1")
 	require.Error(t, res.err)
 	assert.ErrorIs(t, res.err, chunkstore.ErrGeometryMismatch)
@@ -412,8 +309,8 @@ func TestScrubGeometryHint(t *testing.T) {
 
 func TestScrubStoreInUse(t *testing.T) {
 	data := t.TempDir()
-	makeStore(t, data, 8)
-	s, err := chunkstore.OpenDirs(chunkstore.DeviceDirs(data, testGeo))
+	storetest.Make(t, data, testVolSize, 8)
+	s, err := chunkstore.OpenDirs(chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 

@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/internal/storetest"
 )
 
 func TestParseNamespaceSpec(t *testing.T) {
@@ -326,13 +327,13 @@ func TestServeErasureCoded(t *testing.T) {
 // parity shard), which the full pass SIGUSR1 starts finds and fixes.
 func TestBackgroundScrub(t *testing.T) {
 	data := t.TempDir()
-	td := makeStore(t, data, 21)
-	dirs := chunkstore.DeviceDirs(data, testGeo)
+	td := storetest.Make(t, data, testVolSize, 21)
+	dirs := chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
 	r := rand.New(rand.NewPCG(21, 1))
 	// Shard i of slot p is on device (p+i) mod (K+M); the volume's stripe
 	// p is in slot p, and shards 0 … K-1 hold data.
-	flipShardBytes(t, r, dirs[5], 5) // slot 5, shard 0: data
-	flipShardBytes(t, r, dirs[1], 9) // slot 9, shard 4: parity
+	storetest.FlipShard(t, r, dirs[5], 5) // slot 5, shard 0: data
+	storetest.FlipShard(t, r, dirs[1], 9) // slot 9, shard 4: parity
 
 	s, err := chunkstore.OpenDirs(dirs)
 	require.NoError(t, err)
@@ -341,7 +342,7 @@ func TestBackgroundScrub(t *testing.T) {
 	got := make([]byte, testVolSize)
 	_, err = v.ReadAt(got, 0)
 	require.NoError(t, err)
-	require.True(t, bytes.Equal(td.vol, got), "reads are rebuilt around the damage")
+	require.True(t, bytes.Equal(td.Vol, got), "reads are rebuilt around the damage")
 	require.Equal(t, 1, s.Stats().RepairQueue)
 
 	logs := &syncBuffer{}
