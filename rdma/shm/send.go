@@ -468,6 +468,7 @@ func (q *qp) pushMsg(s *sendSlot) bool {
 		}
 		putEntry(rng[pos:], entry{Type: s.typ, Flags: flags, Len: n, MSN: s.msn, Imm: s.imm, Inv: s.inv, Total: total})
 		sq.rtail += size
+		raceRelease() // before the peer can see the entry and acquire
 		q.peer.tail.Store(sq.rtail)
 		if flags&entLast != 0 {
 			q.sendWait.Store(false)
