@@ -161,13 +161,12 @@
 // answers orders, in fact, the posting goroutine before the goroutine that
 // polls the answer's completion, but no Go synchronisation connects them.
 // In -race builds (race_on.go) every PostSend and PostRecv, the RX
-// goroutine after it copied queued Sends into the ring, and whoever
-// copies a message entry into the peer's ring just before it publishes
-// the entry (so the peer cannot see the entry and acquire first), perform
-// a merging release (runtime.RaceReleaseMerge) on one package-wide
-// address, and
-// every Recv completion and signaled or failed send completion acquires
-// it (runtime.RaceAcquire) before it is pushed to the CQ, whose lock then
+// goroutine after it copied queued Sends into the ring, and whoever copies
+// a message entry into the peer's ring just before it publishes the entry
+// (so the peer cannot see the entry and acquire first), perform a merging
+// release (runtime.RaceReleaseMerge) on one package-wide address, and
+// every Recv completion and signaled or failed send completion acquires it
+// (runtime.RaceAcquire) before it is pushed to the CQ, whose lock then
 // carries the edge to Poll. So whatever a goroutine wrote or read before
 // posting happens before whatever any goroutine of this process does after
 // polling a later completion, on any QP: the peer may have acted on the
