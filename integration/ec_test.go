@@ -101,7 +101,7 @@ func TestErasureCodedNamespace(t *testing.T) {
 		if dev >= ecLost {
 			dev++
 		}
-		flipECShardBytes(t, r, dirs[dev], slot)
+		storetest.FlipShardUnit(t, r, dirs[dev], slot, ecUnit)
 	}
 	verify("shards corrupted")
 	require.NoError(t, c.Close())
@@ -148,28 +148,4 @@ func TestErasureCodedNamespace(t *testing.T) {
 	verify("after restart")
 	require.NoError(t, c.Close())
 	d.stop(t)
-}
-
-// flipECShardBytes flips one to three random bytes of the shard in slot
-// on the device at dir: in its payload, or one in its header's fields.
-func flipECShardBytes(t *testing.T, r *rand.Rand, dir string, slot int) {
-	t.Helper()
-	f, err := os.OpenFile(filepath.Join(dir, "shards"), os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, f.Close()) }()
-	offs := []int64{int64(slot*ecSlot) + int64(r.IntN(64))}
-	if r.IntN(4) != 0 {
-		offs = offs[:0]
-		for range 1 + r.IntN(3) {
-			offs = append(offs, int64(slot*ecSlot+4096+r.IntN(ecUnit)))
-		}
-	}
-	for _, off := range offs {
-		b := []byte{0}
-		_, err := f.ReadAt(b, off)
-		require.NoError(t, err)
-		b[0] ^= byte(1 + r.IntN(255))
-		_, err = f.WriteAt(b, off)
-		require.NoError(t, err)
-	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/capsule-storage/capsule/internal/nbd"
 	"github.com/capsule-storage/capsule/internal/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/internal/prereq"
+	"github.com/capsule-storage/capsule/internal/storetest"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 	"github.com/capsule-storage/capsule/rdma/fault"
 )
@@ -269,7 +270,7 @@ func TestNBDStoreDamageUnderLoad(t *testing.T) {
 	slots := int(st.Size() / ecSlot)
 	require.Positive(t, slots)
 	for range 12 {
-		flipECShardBytes(t, r, dirs[0], r.IntN(slots))
+		storetest.FlipShardUnit(t, r, dirs[0], r.IntN(slots), ecUnit)
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.True(t, running(), "the load must outlast the damage; give it more to write")

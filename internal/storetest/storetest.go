@@ -26,10 +26,11 @@ import (
 
 const (
 	Unit         = 4096                      // the stripe unit
-	Slot         = 4096 + Unit               // a slot on one device: header region, then payload
+	Slot         = headerRegion + Unit       // a slot on one device: header region, then payload
 	StripeData   = 4 * Unit                  // data bytes per stripe (4 data shards)
 	ChunkStripes = 3                         // the chunk's stripes
 	ChunkSize    = ChunkStripes * StripeData // the chunk's bytes
+	headerRegion = 4096                      // a slot's header region on each device
 	headerCRC    = 64                        // the header bytes before the sector checksums
 )
 
@@ -95,22 +96,34 @@ func (st *Store) Verify(t testing.TB, dirs []string) chunkstore.Stats {
 // directory devDir holds in slot.
 func FlipPayload(t testing.TB, r *rand.Rand, devDir string, slot int) {
 	t.Helper()
-	offs := make([]int64, 1+r.IntN(3))
-	for i := range offs {
-		offs[i] = int64(slot*Slot + 4096 + r.IntN(Unit))
-	}
-	flip(t, r, devDir, offs)
+	flip(t, r, devDir, payloadOffsets(r, slot, Unit))
 }
 
 // FlipShard damages the shard that devDir holds in slot: 1 to 3 payload
 // bytes (three times in four), or one byte of the checksummed header.
 func FlipShard(t testing.TB, r *rand.Rand, devDir string, slot int) {
 	t.Helper()
+	FlipShardUnit(t, r, devDir, slot, Unit)
+}
+
+// FlipShardUnit is FlipShard for a store of any stripe unit, such as the
+// namespaces `target serve` makes (chunkstore.DefaultStripeUnit).
+func FlipShardUnit(t testing.TB, r *rand.Rand, devDir string, slot, unit int) {
+	t.Helper()
 	if r.IntN(4) != 0 {
-		FlipPayload(t, r, devDir, slot)
+		flip(t, r, devDir, payloadOffsets(r, slot, unit))
 		return
 	}
-	flip(t, r, devDir, []int64{int64(slot*Slot + r.IntN(headerCRC))})
+	flip(t, r, devDir, []int64{int64(slot*(headerRegion+unit) + r.IntN(headerCRC))})
+}
+
+// payloadOffsets picks 1 to 3 random payload offsets of slot.
+func payloadOffsets(r *rand.Rand, slot, unit int) []int64 {
+	offs := make([]int64, 1+r.IntN(3))
+	for i := range offs {
+		offs[i] = int64(slot*(headerRegion+unit) + headerRegion + r.IntN(unit))
+	}
+	return offs
 }
 
 func flip(t testing.TB, r *rand.Rand, devDir string, offs []int64) {
