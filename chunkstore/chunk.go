@@ -30,12 +30,13 @@ func ParseChunkID(s string) (ChunkID, error) {
 func (id ChunkID) String() string { return uuid.UUID(id).String() }
 
 // chunkTable holds the chunks. A chunk's record is immutable once
-// published: Put, Delete and repair replace the pointer.
+// published: Put and Delete replace the pointer.
 type chunkTable struct {
-	// locks: readers of a chunk hold locks[hash(id)] shared; Put, Delete
-	// and repair hold it exclusively while they replace the record, so
-	// no reader is on a slot when it is released. Taken after
-	// Store.commitMu and before mu; at most one at a time.
+	// locks: readers of a chunk hold locks[hash(id)] shared; Put and
+	// Delete hold it exclusively while they replace the record and drop
+	// the old version's map, so a reader sees one version whole. Taken
+	// after Store.commitMu and before mu and Store.lmu; at most one at a
+	// time.
 	locks [stripeLocks]sync.RWMutex
 	seed  maphash.Seed
 
@@ -104,18 +105,12 @@ func (t *chunkTable) redirty(ids []ChunkID) {
 	}
 }
 
-// chunkShardLen returns the shard length of a chunk stripe holding n data
-// bytes: n/K rounded up to 64 bytes (the coder's vector width).
-func (s *Store) chunkShardLen(n int) int {
-	l := (n + s.geo.Data - 1) / s.geo.Data
-	return min((l+63)&^63, s.unit)
-}
-
 // PutChunk stores data under id, replacing any earlier chunk of that ID
 // atomically: a reader, and a crash, sees the old chunk or the new one
-// whole. With FUA it is durable on return; otherwise after the next
-// Sync. Each chunk occupies whole stripe slots, so chunks much smaller
-// than K × stripe unit waste space. It does not retain data.
+// whole. The data goes to the log like a volume's writes, so chunks share
+// stripes and a small chunk takes about its own size; with FUA it is
+// durable on return (a checkpoint, since the chunk record changes),
+// otherwise after the next Sync. It does not retain data.
 func (s *Store) PutChunk(id ChunkID, data []byte, flags WriteFlags) error {
 	if err := s.checkOpen(); err != nil {
 		return err
@@ -125,59 +120,46 @@ func (s *Store) PutChunk(id ChunkID, data []byte, flags WriteFlags) error {
 	}
 	s.throttle()
 	owner := s.owner.Add(1) - 1
-	sb := s.stripeBytes()
 	rec := &chunkRecord{Owner: owner, Length: int64(len(data))}
-	k := s.geo.Data
-	fail := func(err error) error {
-		for _, e := range rec.Stripes {
-			s.alloc.abort(e.Slot)
-		}
+	s.lmu.Lock()
+	s.owners[owner] = newOwnerMap()
+	s.lmu.Unlock()
+	whole := len(data) / SectorSize * SectorSize
+	var err error
+	for done := 0; done < whole && err == nil; done += maxChunkAppend {
+		n := min(maxChunkAppend, whole-done)
+		_, err = s.appendSectors(owner, uint64(done/SectorSize), data[done:done+n])
+	}
+	if tail := data[whole:]; err == nil && len(tail) > 0 {
+		var last [SectorSize]byte
+		copy(last[:], tail)
+		_, err = s.appendSectors(owner, uint64(whole/SectorSize), last[:])
+	}
+	if err != nil {
+		s.lmu.Lock()
+		s.dropOwnerLocked(owner)
+		s.lmu.Unlock()
 		return err
-	}
-	full := len(data) / sb
-	for i := 0; i < full; i += maxBatch {
-		ws := make([]stripeWrite, min(maxBatch, full-i))
-		for j := range ws {
-			part := data[(i+j)*sb:]
-			ws[j] = stripeWrite{key: stripeKey{Owner: owner, Index: uint64(i + j)}, data: make([][]byte, k)}
-			for c := range k {
-				ws[j].data[c] = part[c*s.unit : (c+1)*s.unit]
-			}
-		}
-		exts, err := s.writeStripes(ws, s.unit)
-		if err != nil {
-			return fail(err)
-		}
-		rec.Stripes = append(rec.Stripes, exts...)
-	}
-	if tail := data[full*sb:]; len(tail) > 0 {
-		shardLen := s.chunkShardLen(len(tail))
-		buf := make([]byte, k*shardLen)
-		copy(buf, tail)
-		shards := make([][]byte, k)
-		for j := range shards {
-			shards[j] = buf[j*shardLen : (j+1)*shardLen]
-		}
-		ext, err := s.writeStripe(stripeKey{Owner: owner, Index: uint64(full)}, shards, shardLen)
-		if err != nil {
-			return fail(err)
-		}
-		rec.Stripes = append(rec.Stripes, ext)
 	}
 	l := s.chunks.lock(id)
 	l.Lock()
 	old := s.chunks.swap(id, rec)
-	l.Unlock()
+	s.lmu.Lock()
 	if old != nil {
-		for _, e := range old.Stripes {
-			s.alloc.release(e.Slot)
-		}
+		s.dropOwnerLocked(old.Owner)
 	}
+	s.ckptNeeded = true
+	s.lmu.Unlock()
+	l.Unlock()
 	if flags&FUA != 0 {
 		return s.commit()
 	}
 	return nil
 }
+
+// maxChunkAppend is the most bytes of a chunk appended under lmu at once,
+// so that readers and other writers get their turn.
+const maxChunkAppend = 1 << 20
 
 // ChunkSize returns a chunk's length.
 func (s *Store) ChunkSize(id ChunkID) (int64, error) {
@@ -244,21 +226,7 @@ func (s *Store) ReadChunkAt(id ChunkID, p []byte, off int64) (int, error) {
 
 // readChunk reads [off, off+len(p)) of r, which lies inside it.
 func (s *Store) readChunk(r *chunkRecord, p []byte, off int64) error {
-	sb := int64(s.stripeBytes())
-	for done := int64(0); done < int64(len(p)); {
-		pos := off + done
-		i := pos / sb
-		lo := int(pos % sb)
-		hi := int(min(sb, int64(lo)+int64(len(p))-done))
-		if i >= int64(len(r.Stripes)) {
-			return corruptf("chunk owner %d has %d stripes for %d bytes", r.Owner, len(r.Stripes), r.Length)
-		}
-		if err := s.readStripe(stripeKey{Owner: r.Owner, Index: uint64(i)}, r.Stripes[i], lo, hi, p[done:done+int64(hi-lo)]); err != nil {
-			return err
-		}
-		done += int64(hi - lo)
-	}
-	return nil
+	return s.readBytes(r.Owner, p, off)
 }
 
 // DeleteChunk removes a chunk. With FUA it is durable on return.
@@ -274,10 +242,11 @@ func (s *Store) DeleteChunk(id ChunkID, flags WriteFlags) error {
 		return fmt.Errorf("%w: chunk %s", ErrNotFound, id)
 	}
 	old := s.chunks.swap(id, nil)
+	s.lmu.Lock()
+	s.dropOwnerLocked(old.Owner)
+	s.ckptNeeded = true
+	s.lmu.Unlock()
 	l.Unlock()
-	for _, e := range old.Stripes {
-		s.alloc.release(e.Slot)
-	}
 	if flags&FUA != 0 {
 		return s.commit()
 	}

@@ -24,6 +24,10 @@ var (
 	ErrStoreExists = errors.New("chunkstore: device is not empty")
 	// ErrNoStore: Open found no store on the devices.
 	ErrNoStore = errors.New("chunkstore: no store on these devices")
+	// ErrFormatV1: the device holds a store of format version 1 (before
+	// the log-structured write path). This build does not read it until
+	// Migrate (bin/target migrate) has converted it.
+	ErrFormatV1 = errors.New("chunkstore: the store is format v1: convert it with `bin/target migrate --data DIR`")
 )
 
 // Errors about devices. Open and Rebuild wrap them in a *DeviceError that

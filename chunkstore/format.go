@@ -60,7 +60,12 @@ const (
 	identitySize  = 128
 
 	identityMagic = 0x44495343 // "CSID"
-	formatVersion = 1
+	// formatVersion is the version this build writes: 2, the
+	// log-structured store. Version 1 (copy-on-write stripes, a block map
+	// per stripe) is read only by Migrate; its shard headers stay valid
+	// in a migrated store.
+	formatVersion = 2
+	formatV1      = 1
 )
 
 // identity describes one device of a store.
@@ -109,7 +114,9 @@ func decodeIdentity(b []byte) (identity, error) {
 	if got, want := le.Uint32(b[idOffCRC:]), checksum(b[:idOffCRC]); got != want {
 		return id, corruptf("identity record checksum %#x, computed %#x", got, want)
 	}
-	if v := le.Uint16(b[idOffVersion:]); v != formatVersion {
+	if v := le.Uint16(b[idOffVersion:]); v == formatV1 {
+		return id, ErrFormatV1
+	} else if v != formatVersion {
 		return id, corruptf("identity record version %d, this build reads %d", v, formatVersion)
 	}
 	if n := le.Uint16(b[idOffLength:]); n != identitySize {
@@ -169,9 +176,12 @@ func shardHeaderSize(length int) int { return shOffCRCs + 4*sectorsOf(length) + 
 
 func sectorsOf(length int) int { return (length + SectorSize - 1) / SectorSize }
 
-// shardHeader identifies one shard of one stripe.
+// shardHeader identifies one shard of one stripe. A version 2 header is
+// followed, at shardHeaderSize(Length), by the stripe's summary
+// (encodeSummary); a version 1 header, written before Migrate, by zeros.
 type shardHeader struct {
-	Store  uuid.UUID
+	Version int
+	Store   uuid.UUID
 	Owner  uint64
 	Index  uint64
 	Slot   uint64
@@ -189,7 +199,11 @@ func (h *shardHeader) marshalInto(b []byte) int {
 	size := shOffCRCs + 4*n + 4
 	_ = b[size-1]
 	le.PutUint32(b[shOffMagic:], shardMagic)
-	le.PutUint16(b[shOffVersion:], formatVersion)
+	ver := h.Version
+	if ver == 0 {
+		ver = formatVersion
+	}
+	le.PutUint16(b[shOffVersion:], uint16(ver))
 	le.PutUint16(b[shOffSectors:], uint16(n))
 	copy(b[shOffStore:], h.Store[:])
 	le.PutUint64(b[shOffOwner:], h.Owner)
@@ -228,9 +242,10 @@ func decodeShardHeader(b []byte, crcs []uint32) (shardHeader, error) {
 	if got, want := le.Uint32(b[end:]), checksum(b[:end]); got != want {
 		return h, corruptf("shard header checksum %#x, computed %#x", got, want)
 	}
-	if v := le.Uint16(b[shOffVersion:]); v != formatVersion {
+	if v := le.Uint16(b[shOffVersion:]); v != formatVersion && v != formatV1 {
 		return h, corruptf("shard header version %d", v)
 	}
+	h.Version = int(le.Uint16(b[shOffVersion:]))
 	copy(h.Store[:], b[shOffStore:])
 	h.Owner = le.Uint64(b[shOffOwner:])
 	h.Index = le.Uint64(b[shOffIndex:])
@@ -277,19 +292,23 @@ const (
 	sbOffSeq       = 32 // u64 commit sequence number
 	sbOffGenHigh   = 40 // u64 generations below this may have been used
 	sbOffNextOwner = 48 // u64 next owner ID
-	sbOffCRC       = 56 // u32 CRC32C of [0, 56)
-	superSize      = 60
+	sbOffLogGen    = 56 // u64 (version 2) every stripe of a later generation was written after this commit's snapshot
+	sbOffCRC       = 64 // u32 CRC32C of [0, 64)
+	superSize      = 68
+	superSizeV1    = 60 // version 1: no LogGen, CRC32C at 56
 
 	superMagic = 0x42535343 // "CSSB"
 )
 
 type superblock struct {
+	Version   int // formatVersion, or formatV1 read from a store Migrate converts
 	Store     uuid.UUID
 	Geo       Geometry
 	Unit      int
 	Seq       uint64
 	GenHigh   uint64
 	NextOwner uint64
+	LogGen    uint64
 }
 
 func (s *superblock) encode() []byte {
@@ -304,23 +323,32 @@ func (s *superblock) encode() []byte {
 	le.PutUint64(b[sbOffSeq:], s.Seq)
 	le.PutUint64(b[sbOffGenHigh:], s.GenHigh)
 	le.PutUint64(b[sbOffNextOwner:], s.NextOwner)
+	le.PutUint64(b[sbOffLogGen:], s.LogGen)
 	le.PutUint32(b[sbOffCRC:], checksum(b[:sbOffCRC]))
 	return b
 }
 
 func decodeSuperblock(b []byte) (superblock, error) {
 	var s superblock
-	if len(b) != superSize {
-		return s, corruptf("superblock is %d bytes, want %d", len(b), superSize)
+	if len(b) < sbOffVersion+2 {
+		return s, corruptf("superblock is %d bytes", len(b))
+	}
+	s.Version = int(le.Uint16(b[sbOffVersion:]))
+	size, crcOff := superSize, sbOffCRC
+	if s.Version == formatV1 {
+		size, crcOff = superSizeV1, sbOffLogGen
+	}
+	if len(b) != size {
+		return s, corruptf("superblock is %d bytes, want %d", len(b), size)
 	}
 	if m := le.Uint32(b[sbOffMagic:]); m != superMagic {
 		return s, corruptf("superblock magic %#x", m)
 	}
-	if got, want := le.Uint32(b[sbOffCRC:]), checksum(b[:sbOffCRC]); got != want {
+	if got, want := le.Uint32(b[crcOff:]), checksum(b[:crcOff]); got != want {
 		return s, corruptf("superblock checksum %#x, computed %#x", got, want)
 	}
-	if v := le.Uint16(b[sbOffVersion:]); v != formatVersion {
-		return s, corruptf("superblock version %d", v)
+	if s.Version != formatVersion && s.Version != formatV1 {
+		return s, corruptf("superblock version %d", s.Version)
 	}
 	if le.Uint16(b[sbOffReserved:]) != 0 {
 		return s, corruptf("superblock reserved bytes are not zero")
@@ -340,6 +368,9 @@ func decodeSuperblock(b []byte) (superblock, error) {
 	s.Seq = le.Uint64(b[sbOffSeq:])
 	s.GenHigh = le.Uint64(b[sbOffGenHigh:])
 	s.NextOwner = le.Uint64(b[sbOffNextOwner:])
+	if s.Version == formatVersion {
+		s.LogGen = le.Uint64(b[sbOffLogGen:])
+	}
 	return s, nil
 }
 

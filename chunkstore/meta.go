@@ -10,21 +10,29 @@ import (
 )
 
 // The metadata database: one bbolt file per device, all holding the same
-// content. Buckets:
+// content. Buckets (format version 2):
 //
 //	store    "super" → superblock (Seq orders the replicas)
+//	         "resv"  → the log reservation (encodeResv)
 //	devices  u16 position → deviceRecord
 //	volumes  name → volumeRecord
-//	map      stripeKey (owner, index) → extent, for volume stripes
-//	chunks   ChunkID → chunkRecord (with its stripes' extents)
+//	slots    u64 slot → slotRecord, for every slot that holds a stripe
+//	pages    (owner, page) → map page, for every page with a mapped sector
+//	chunks   ChunkID → chunkRecord (encodeV2)
+//
+// A version 1 store (read by Migrate only) has "map" (stripeKey → extent)
+// instead of slots and pages, and chunk records with their stripes.
 var (
 	bucketStore   = []byte("store")
 	bucketDevices = []byte("devices")
 	bucketVolumes = []byte("volumes")
-	bucketMap     = []byte("map")
+	bucketSlots   = []byte("slots")
+	bucketPages   = []byte("pages")
 	bucketChunks  = []byte("chunks")
+	bucketMapV1   = []byte("map")
 	keySuper      = []byte("super")
-	allBuckets    = [][]byte{bucketStore, bucketDevices, bucketVolumes, bucketMap, bucketChunks}
+	keyResv       = []byte("resv")
+	allBuckets    = [][]byte{bucketStore, bucketDevices, bucketVolumes, bucketSlots, bucketPages, bucketChunks}
 )
 
 const boltLockTimeout = time.Second
@@ -35,45 +43,29 @@ var errBoltTimeout = berrors.ErrTimeout
 // replica in one bbolt transaction each.
 type batch struct {
 	super   superblock
+	resv    []uint64
 	devices map[int]deviceRecord
 	volumes map[string]*volumeRecord // nil value: delete
-	extents []extentChange
-	// dropOwners deletes every map entry of these owners (deleted
-	// volumes), after extents are applied.
+	slots   []slotChange
+	pages   []pageChange
+	// dropOwners deletes every page of these owners (deleted volumes and
+	// replaced chunks), after pages are applied.
 	dropOwners []uint64
 	chunks     map[ChunkID]*chunkRecord // nil value: delete
 }
 
-type extentChange struct {
-	key stripeKey
-	ext *extent // nil: delete (unmapped)
+type slotChange struct {
+	slot uint64
+	rec  []byte // nil: delete
+}
+
+type pageChange struct {
+	owner, page uint64
+	val         []byte // nil: delete
 }
 
 func newBatch() *batch {
 	return &batch{devices: map[int]deviceRecord{}, volumes: map[string]*volumeRecord{}, chunks: map[ChunkID]*chunkRecord{}}
-}
-
-// markMissing records that the devices in mask hold no durable shard of
-// any stripe this batch writes.
-func (b *batch) markMissing(mask uint64) {
-	for i := range b.extents {
-		if e := b.extents[i].ext; e != nil {
-			c := *e
-			c.Missing |= mask
-			b.extents[i].ext = &c
-		}
-	}
-	for id, r := range b.chunks {
-		if r == nil {
-			continue
-		}
-		c := *r
-		c.Stripes = append([]extent(nil), r.Stripes...)
-		for i := range c.Stripes {
-			c.Stripes[i].Missing |= mask
-		}
-		b.chunks[id] = &c
-	}
 }
 
 func posKey(pos int) []byte {
@@ -96,7 +88,11 @@ func (b *batch) apply(tx *bolt.Tx) error {
 	if err := createBuckets(tx); err != nil {
 		return err
 	}
-	if err := tx.Bucket(bucketStore).Put(keySuper, b.super.encode()); err != nil {
+	st := tx.Bucket(bucketStore)
+	if err := st.Put(keySuper, b.super.encode()); err != nil {
+		return err
+	}
+	if err := st.Put(keyResv, encodeResv(b.resv)); err != nil {
 		return err
 	}
 	devs := tx.Bucket(bucketDevices)
@@ -117,25 +113,33 @@ func (b *batch) apply(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	m := tx.Bucket(bucketMap)
-	for _, c := range b.extents {
+	sl := tx.Bucket(bucketSlots)
+	for _, c := range b.slots {
 		var err error
-		if c.ext == nil {
-			err = m.Delete(c.key.encode())
+		if c.rec == nil {
+			err = sl.Delete(slotKey(c.slot))
 		} else {
-			err = m.Put(c.key.encode(), c.ext.encode())
+			err = sl.Put(slotKey(c.slot), c.rec)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	pg := tx.Bucket(bucketPages)
+	for _, c := range b.pages {
+		var err error
+		if c.val == nil {
+			err = pg.Delete(pageKey(c.owner, c.page))
+		} else {
+			err = pg.Put(pageKey(c.owner, c.page), c.val)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	for _, owner := range b.dropOwners {
-		prefix := stripeKey{Owner: owner}.encode()[:8]
-		cur := m.Cursor()
-		for k, _ := cur.Seek(prefix); k != nil && string(k[:8]) == string(prefix); k, _ = cur.Next() {
-			if err := cur.Delete(); err != nil {
-				return err
-			}
+		if err := dropPrefix(pg, pageKey(owner, 0)[:8]); err != nil {
+			return err
 		}
 	}
 	chunks := tx.Bucket(bucketChunks)
@@ -144,9 +148,20 @@ func (b *batch) apply(tx *bolt.Tx) error {
 		if r == nil {
 			err = chunks.Delete(id[:])
 		} else {
-			err = chunks.Put(id[:], r.encode())
+			err = chunks.Put(id[:], r.encodeV2())
 		}
 		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropPrefix deletes every key of bk that starts with prefix.
+func dropPrefix(bk *bolt.Bucket, prefix []byte) error {
+	cur := bk.Cursor()
+	for k, _ := cur.Seek(prefix); k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, _ = cur.Seek(prefix) {
+		if err := cur.Delete(); err != nil {
 			return err
 		}
 	}
@@ -183,34 +198,45 @@ func recoverBolt(err *error) {
 // metaState is everything a replica holds, decoded.
 type metaState struct {
 	super   superblock
+	resv    []uint64
 	devices map[int]deviceRecord
 	volumes map[string]volumeRecord
-	extents map[uint64]map[uint64]extent // owner → index → extent
+	slots   map[uint64]slotRecord
+	pages   map[uint64]map[uint64][]pageRun // owner → page → runs
 	chunks  map[ChunkID]chunkRecord
 }
 
-// loadMeta reads and validates every record of a replica.
+// loadMeta reads and validates every record of a version 2 replica.
 func loadMeta(db *bolt.DB) (st *metaState, err error) {
 	defer recoverBolt(&err)
 	st = &metaState{
 		devices: map[int]deviceRecord{},
 		volumes: map[string]volumeRecord{},
-		extents: map[uint64]map[uint64]extent{},
+		slots:   map[uint64]slotRecord{},
+		pages:   map[uint64]map[uint64][]pageRun{},
 		chunks:  map[ChunkID]chunkRecord{},
 	}
 	err = db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketStore)
+		if v == nil || v.Get(keySuper) == nil {
+			return corruptf("metadata has no superblock")
+		}
+		var err error
+		if st.super, err = decodeSuperblock(v.Get(keySuper)); err != nil {
+			return err
+		}
+		if st.super.Version != formatVersion {
+			return ErrFormatV1
+		}
 		for _, name := range allBuckets {
 			if tx.Bucket(name) == nil {
 				return corruptf("metadata has no %s bucket", name)
 			}
 		}
-		v := tx.Bucket(bucketStore).Get(keySuper)
-		if v == nil {
-			return corruptf("metadata has no superblock")
-		}
-		var err error
-		if st.super, err = decodeSuperblock(v); err != nil {
-			return err
+		if r := v.Get(keyResv); r != nil {
+			if st.resv, err = decodeResv(r); err != nil {
+				return err
+			}
 		}
 		if err := tx.Bucket(bucketDevices).ForEach(func(k, v []byte) error {
 			if len(k) != 2 {
@@ -235,21 +261,37 @@ func loadMeta(db *bolt.DB) (st *metaState, err error) {
 		}); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketMap).ForEach(func(k, v []byte) error {
-			key, err := decodeStripeKey(k)
+		if err := tx.Bucket(bucketSlots).ForEach(func(k, v []byte) error {
+			if len(k) != 8 {
+				return corruptf("slot key of %d bytes", len(k))
+			}
+			r, err := decodeSlotRecord(v)
+			if err != nil {
+				return fmt.Errorf("slot %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			if r.Ext.Slot != binary.BigEndian.Uint64(k) {
+				return corruptf("slot record %d names slot %d", binary.BigEndian.Uint64(k), r.Ext.Slot)
+			}
+			st.slots[r.Ext.Slot] = r
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketPages).ForEach(func(k, v []byte) error {
+			owner, page, err := decodePageKey(k)
 			if err != nil {
 				return err
 			}
-			e, err := decodeExtent(v)
+			runs, err := decodePage(v)
 			if err != nil {
-				return fmt.Errorf("stripe %d/%d: %w", key.Owner, key.Index, err)
+				return fmt.Errorf("map page %d/%d: %w", owner, page, err)
 			}
-			m := st.extents[key.Owner]
+			m := st.pages[owner]
 			if m == nil {
-				m = map[uint64]extent{}
-				st.extents[key.Owner] = m
+				m = map[uint64][]pageRun{}
+				st.pages[owner] = m
 			}
-			m[key.Index] = e
+			m[page] = runs
 			return nil
 		}); err != nil {
 			return err
@@ -258,7 +300,7 @@ func loadMeta(db *bolt.DB) (st *metaState, err error) {
 			if len(k) != len(ChunkID{}) {
 				return corruptf("chunk key of %d bytes", len(k))
 			}
-			r, err := decodeChunkRecord(v)
+			r, err := decodeChunkRecordV2(v)
 			if err != nil {
 				return fmt.Errorf("chunk %x: %w", k, err)
 			}

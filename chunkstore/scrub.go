@@ -14,128 +14,121 @@ import (
 	"github.com/capsule-storage/capsule/chunkstore/vfs"
 )
 
-// repairQueue holds stripes a read found damaged.
+// repairQueue holds the slots of stripes a read found damaged.
 type repairQueue struct {
-	// mu guards keys. Leaf lock.
-	mu   sync.Mutex
-	keys map[stripeKey]struct{}
+	// mu guards slots. Leaf lock.
+	mu    sync.Mutex
+	slots map[uint64]struct{}
 }
 
-func (q *repairQueue) init() { q.keys = map[stripeKey]struct{}{} }
+func (q *repairQueue) init() { q.slots = map[uint64]struct{}{} }
 
-func (q *repairQueue) add(k stripeKey) {
+func (q *repairQueue) add(slot uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.keys[k] = struct{}{}
+	q.slots[slot] = struct{}{}
 }
 
 func (q *repairQueue) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.keys)
+	return len(q.slots)
 }
 
-func (q *repairQueue) take() []stripeKey {
+func (q *repairQueue) take() []uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ks := make([]stripeKey, 0, len(q.keys))
-	for k := range q.keys {
-		ks = append(ks, k)
+	out := make([]uint64, 0, len(q.slots))
+	for p := range q.slots {
+		out = append(out, p)
 	}
-	q.keys = map[stripeKey]struct{}{}
-	sort.Slice(ks, func(i, j int) bool { return ks[i].less(ks[j]) })
-	return ks
+	q.slots = map[uint64]struct{}{}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
 
-// stripeRef names a stripe and who owns it.
+// stripeRef names a stripe to check: its slot, and the key and
+// generation it held when listed.
 type stripeRef struct {
-	key   stripeKey
-	vol   *Volume // nil for a chunk stripe
-	chunk ChunkID
+	slot uint64
+	key  stripeKey
+	gen  uint64
 }
 
-// stripeRefs lists every mapped stripe, ordered by key.
+// cursor is the rebuild cursor of a ref: slots are checked in order.
+func (r stripeRef) cursor() stripeKey { return stripeKey{Owner: 0, Index: r.slot} }
+
+// stripeRefs lists every slot that holds a written stripe, by slot.
 func (s *Store) stripeRefs() []stripeRef {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
 	var refs []stripeRef
-	for _, v := range s.volumeList() {
-		v.mu.Lock()
-		for idx := range v.extents {
-			refs = append(refs, stripeRef{key: v.key(idx), vol: v})
-		}
-		v.mu.Unlock()
-	}
-	s.chunks.mu.Lock()
-	for id, r := range s.chunks.m {
-		for i := range r.Stripes {
-			refs = append(refs, stripeRef{key: stripeKey{Owner: r.Owner, Index: uint64(i)}, chunk: id})
+	for p := range s.slots {
+		if si := &s.slots[p]; si.used && si.mem == nil {
+			refs = append(refs, stripeRef{slot: uint64(p), key: si.key, gen: si.ext.Gen})
 		}
 	}
-	s.chunks.mu.Unlock()
-	sort.Slice(refs, func(i, j int) bool { return refs[i].key.less(refs[j].key) })
 	return refs
 }
 
-// refOf finds the owner of a queued stripe key.
-func (s *Store) refOf(k stripeKey) (stripeRef, bool) {
-	s.volMu.RLock()
-	v := s.volByOwner[k.Owner]
-	s.volMu.RUnlock()
-	if v != nil {
-		return stripeRef{key: k, vol: v}, true
+// refOf returns the ref of a queued slot, if it still holds a stripe.
+func (s *Store) refOf(slot uint64) (stripeRef, bool) {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	if slot >= uint64(len(s.slots)) {
+		return stripeRef{}, false
 	}
-	s.chunks.mu.Lock()
-	defer s.chunks.mu.Unlock()
-	id, ok := s.chunks.byOwner[k.Owner]
-	return stripeRef{key: k, chunk: id}, ok
+	si := &s.slots[slot]
+	if !si.used || si.mem != nil {
+		return stripeRef{}, false
+	}
+	return stripeRef{slot: slot, key: si.key, gen: si.ext.Gen}, true
 }
 
-// lockStripe takes the stripe's lock exclusively and returns its current
-// extent; ok is false if it is gone (rewritten to another owner, deleted).
+// lockStripe returns the stripe's current extent, holding the read gate
+// so that its slot is not freed and reused until unlock; ok is false if
+// the slot no longer holds that stripe. Stripes are never changed in
+// place except by repairs, which only rewrite bad shards with what they
+// should hold.
 func (s *Store) lockStripe(ref stripeRef) (ext extent, ok bool, unlock func()) {
-	if v := ref.vol; v != nil {
-		l := v.lock(ref.key.Index)
-		l.Lock()
-		v.mu.Lock()
-		ext, ok = v.extents[ref.key.Index]
-		ok = ok && !v.deleted
-		v.mu.Unlock()
-		return ext, ok, l.Unlock
-	}
-	l := s.chunks.lock(ref.chunk)
-	l.Lock()
-	r := s.chunks.get(ref.chunk)
-	if r == nil || r.Owner != ref.key.Owner || ref.key.Index >= uint64(len(r.Stripes)) {
-		return extent{}, false, l.Unlock
-	}
-	return r.Stripes[ref.key.Index], true, l.Unlock
+	s.lmu.Lock()
+	si := &s.slots[ref.slot]
+	ok = si.used && si.mem == nil && si.ext.Gen == ref.gen && si.key == ref.key
+	ext = si.ext
+	s.gate.RLock()
+	s.lmu.Unlock()
+	return ext, ok, s.gate.RUnlock
 }
 
 // clearMissing marks the devices in mask as holding good shards of the
-// stripe again, if it is still at ext. The stripe's lock is held.
+// stripe again, if its slot still holds it.
 func (s *Store) clearMissing(ref stripeRef, ext extent, mask uint64) {
-	if v := ref.vol; v != nil {
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		cur, ok := v.extents[ref.key.Index]
-		if ok && cur.Slot == ext.Slot && cur.Gen == ext.Gen && cur.Missing&mask != 0 {
-			cur.Missing &^= mask
-			v.extents[ref.key.Index] = cur
-			v.dirty[ref.key.Index] = struct{}{}
-		}
-		return
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	si := &s.slots[ref.slot]
+	if si.used && si.ext.Gen == ext.Gen && si.ext.Missing&mask != 0 {
+		si.ext.Missing &^= mask
+		s.dirtySlots[ref.slot] = struct{}{}
 	}
-	r := s.chunks.get(ref.chunk)
-	if r == nil || r.Owner != ref.key.Owner {
-		return
+}
+
+// problemOf describes a damaged stripe for a report.
+func (s *Store) problemOf(ref stripeRef) StripeProblem {
+	p := StripeProblem{Slot: ref.slot, Index: ref.key.Index}
+	if ref.key.Owner == logOwner {
+		return p
 	}
-	cur := r.Stripes[ref.key.Index]
-	if cur.Slot != ext.Slot || cur.Gen != ext.Gen || cur.Missing&mask == 0 {
-		return
+	s.volMu.RLock()
+	v := s.volByOwner[ref.key.Owner]
+	s.volMu.RUnlock()
+	if v != nil {
+		p.Volume = v.name
+		return p
 	}
-	c := *r
-	c.Stripes = append([]extent(nil), r.Stripes...)
-	c.Stripes[ref.key.Index].Missing &^= mask
-	s.chunks.swap(ref.chunk, &c)
+	s.chunks.mu.Lock()
+	p.Chunk = s.chunks.byOwner[ref.key.Owner]
+	s.chunks.mu.Unlock()
+	return p
 }
 
 // ScrubOptions configure Scrub and RepairQueued.
@@ -182,9 +175,13 @@ type ScrubReport struct {
 
 // StripeProblem is one damaged stripe.
 type StripeProblem struct {
+	Slot uint64 // the physical slot
+	// A stripe of the log holds sectors of any volumes and chunks; a
+	// stripe written by format version 1 (before Migrate) belongs to one
+	// volume or chunk, named here with its stripe index.
 	Volume string  // owning volume, or ""
-	Chunk  ChunkID // owning chunk, when Volume is ""
-	Index  uint64  // stripe index in the volume or chunk
+	Chunk  ChunkID // owning chunk, when Volume is "" and the stripe is not a log stripe
+	Index  uint64  // stripe index in the volume or chunk; the slot for a log stripe
 	// Devices holds the positions of the bad shards.
 	Devices []int
 	Err     error // set when unrecoverable
@@ -211,8 +208,8 @@ func (s *Store) RepairQueued(ctx context.Context, opts ScrubOptions) (ScrubRepor
 		return ScrubReport{}, err
 	}
 	var refs []stripeRef
-	for _, k := range s.repair.take() {
-		if ref, ok := s.refOf(k); ok {
+	for _, slot := range s.repair.take() {
+		if ref, ok := s.refOf(slot); ok {
 			refs = append(refs, ref)
 		}
 	}
@@ -264,12 +261,8 @@ func (s *Store) scrubStripe(ref stripeRef, noRepair bool, rep *ScrubReport, fixe
 		return read
 	}
 	rep.Damaged++
-	prob := StripeProblem{Index: ref.key.Index, Err: c.err}
-	if ref.vol != nil {
-		prob.Volume = ref.vol.name
-	} else {
-		prob.Chunk = ref.chunk
-	}
+	prob := s.problemOf(ref)
+	prob.Err = c.err
 	for i := range s.n {
 		if c.bad&(1<<i) != 0 {
 			prob.Devices = append(prob.Devices, s.devOf(ext.Slot, i))
@@ -280,13 +273,13 @@ func (s *Store) scrubStripe(ref stripeRef, noRepair bool, rep *ScrubReport, fixe
 	}
 	if c.err != nil {
 		rep.Unrecoverable++
-		s.log.Error("chunkstore: stripe unrecoverable", "owner", ref.key.Owner, "index", ref.key.Index, "err", c.err)
+		s.log.Error("chunkstore: stripe unrecoverable", "slot", ref.slot, "owner", ref.key.Owner, "index", ref.key.Index, "err", c.err)
 		return read
 	}
 	if noRepair {
 		return read
 	}
-	fixed, degraded := s.rewriteShards(ref.key, ext, c, rep)
+	fixed, degraded := s.rewriteShards(ref, ext, c, rep)
 	if degraded {
 		rep.Degraded++
 	} else {
@@ -301,7 +294,26 @@ func (s *Store) scrubStripe(ref stripeRef, noRepair bool, rep *ScrubReport, fixe
 // rewriteShards writes the bad shards of a checked stripe in place, on
 // every device that can take them. It returns the devices written and
 // whether some bad shard could not be written.
-func (s *Store) rewriteShards(key stripeKey, ext extent, c *stripeCheck, rep *ScrubReport) (fixed uint64, degraded bool) {
+func (s *Store) rewriteShards(ref stripeRef, ext extent, c *stripeCheck, rep *ScrubReport) (fixed uint64, degraded bool) {
+	key := ref.key
+	var summary []sumRun
+	if key.Owner == logOwner {
+		// Every shard's header carries the stripe's summary: take it from
+		// a good shard.
+		for i := range s.n {
+			if c.bad&(1<<i) != 0 {
+				continue
+			}
+			hdr, runs, err := s.readHeader(ext.Slot, i, nil)
+			if err == nil && hdr.Gen == ext.Gen && hdr.Index == key.Index {
+				summary = runs
+				break
+			}
+		}
+		if summary == nil {
+			return 0, true
+		}
+	}
 	for i := range s.n {
 		if c.bad&(1<<i) == 0 {
 			continue
@@ -311,7 +323,7 @@ func (s *Store) rewriteShards(key stripeKey, ext extent, c *stripeCheck, rep *Sc
 			degraded = true
 			continue
 		}
-		if err := s.writeShard(d, key, ext.Slot, ext.Gen, i, c.shards[i][:ext.ShardLen]); err != nil {
+		if err := s.writeShard(d, key, ext.Slot, ext.Gen, i, c.shards[i][:ext.ShardLen], summary); err != nil {
 			if !IsNoSpace(err) {
 				d.fail(err, s.log)
 			}
@@ -441,12 +453,12 @@ func (s *Store) Rebuild(ctx context.Context, pos int, opts RebuildOptions) (Rebu
 		return err
 	}
 	for i, ref := range refs {
-		if ref.key.less(cursor) {
+		if ref.cursor().less(cursor) {
 			rep.Skipped++
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return rep, errors.Join(err, checkpoint(ref.key))
+			return rep, errors.Join(err, checkpoint(ref.cursor()))
 		}
 		if !d.writable() {
 			return rep, d.devErr(fmt.Errorf("%w: %v", ErrDeviceFailed, d.getErr()))
@@ -460,14 +472,14 @@ func (s *Store) Rebuild(ctx context.Context, pos int, opts RebuildOptions) (Rebu
 			opts.Progress(Progress{Stripes: rep.Stripes, Done: int64(i + 1), Bytes: rep.Bytes})
 		}
 		if len(fixes) >= rebuildCheckpoint {
-			next := ref.key
+			next := ref.cursor()
 			next.Index++
 			if err := checkpoint(next); err != nil {
 				return rep, err
 			}
 		}
 		if err := lim.wait(ctx, n); err != nil {
-			next := ref.key
+			next := ref.cursor()
 			next.Index++
 			return rep, errors.Join(err, checkpoint(next))
 		}
@@ -571,10 +583,10 @@ func (s *Store) rebuildStripe(ref stripeRef, pos int, startGen uint64, rep *Rebu
 	read := int64(ext.ShardLen) * int64(s.n-1)
 	if c.err != nil {
 		rep.Unrecoverable++
-		s.log.Error("chunkstore: stripe unrecoverable during rebuild", "owner", ref.key.Owner, "index", ref.key.Index, "err", c.err)
+		s.log.Error("chunkstore: stripe unrecoverable during rebuild", "slot", ref.slot, "err", c.err)
 		return read, nil
 	}
-	fixed, _ := s.rewriteShards(ref.key, ext, c, nil)
+	fixed, _ := s.rewriteShards(ref, ext, c, nil)
 	if fixed&(1<<pos) != 0 {
 		rep.Rebuilt++
 	}

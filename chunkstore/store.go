@@ -47,6 +47,9 @@ type options struct {
 	cache   int
 	commit  int // WithAutoCommit
 	logger  *slog.Logger
+
+	overprov    float64
+	overprovSet bool
 }
 
 // WithGeometry sets K+M. Create uses it (default 4+2); Open checks it
@@ -75,7 +78,7 @@ func WithAutoCommit(slots int) Option { return func(o *options) { o.commit = slo
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, cache: DefaultWriteCache, commit: DefaultAutoCommit}
+	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, cache: DefaultWriteCache, commit: DefaultAutoCommit, overprov: DefaultOverProvision}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -93,6 +96,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if o.commit < 0 {
 		return o, fmt.Errorf("%w: auto-commit after %d slots", ErrInvalidOption, o.commit)
+	}
+	if !(o.overprov >= 0.05 && o.overprov <= 16) {
+		return o, fmt.Errorf("%w: over-provisioning %g: want 0.05 to 16", ErrInvalidOption, o.overprov)
 	}
 	return o, nil
 }
@@ -136,11 +142,53 @@ type Store struct {
 	stats  counters
 	bufs   bufferPool
 
+	// lmu guards the log (log.go): the open stripe, the stripes being
+	// written, the slot table, every owner's map, the reservation and the
+	// counters below. It is held for map operations and memory copies,
+	// never across device I/O. Taken after flushMu.
+	lmu        sync.Mutex
+	lcond      *sync.Cond // on lmu: a stripe was written, a checkpoint reserved slots
+	owners     map[uint64]*ownerMap
+	slots      []slotInfo // by slot
+	open       *logStripe
+	unwritten  map[uint64]*logStripe // sealed and being written, by seq
+	failed     map[uint64]*logStripe // sealed, the write failed, by seq
+	inflight   int
+	nextSeq    uint64   // seq of the newest stripe opened
+	sealed     uint64   // seq of the newest stripe sealed
+	resv       []uint64 // reserved slots, the next one first
+	resvSize   int      // how many a checkpoint reserves
+	pops       uint64   // slots taken from the reservation since Open
+	resvLimit  uint64   // pops the last committed reservation covers
+	dirtySlots map[uint64]struct{}
+	unsynced   []uint64 // slots written since the last fsync of every device
+	liveTotal  int64    // sectors the maps point at
+	dataSlots  int64    // slots holding a stripe (or the open one)
+	ckptNeeded bool     // a change the roll-forward cannot redo (unmap, chunk record) waits for a checkpoint
+	maxRuns    int
+	scratch    []pageRun
+	runPool    [][]sumRun
+	cleaned    int64 // sectors the cleaner moved
+	hostSecs   int64 // sectors written by callers
+
+	// gate: device reads of mapped data and repairs hold it shared from
+	// before they leave lmu until they are done; freeing slots holds it
+	// exclusively, so no slot is reused under a reader.
+	gate sync.RWMutex
+	// flushMu serialises log flushes (group commit) and checkpoints' device
+	// syncs. Taken after commitMu, before lmu.
+	flushMu sync.Mutex
+	durable uint64 // log seq through which every stripe is durable; guarded by flushMu
+
+	ckptKick  chan struct{}
+	cleanKick chan struct{}
+
 	closed atomic.Bool
-	// stop ends the background committer (autoCommit), which closes
-	// bgDone when it returns.
-	stop   chan struct{}
-	bgDone chan struct{}
+	// stop ends the background committer (autoCommit) and the cleaner,
+	// which close bgDone and cleanDone when they return.
+	stop      chan struct{}
+	bgDone    chan struct{}
+	cleanDone chan struct{}
 }
 
 // Create formats devs (one vfs.FS per device, in order) as a new store
@@ -252,7 +300,9 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: no devices", ErrInvalidArgument)
 	}
 	s := &Store{log: o.logger, opts: o}
-	s.alloc.commitAt, s.alloc.kick = o.commit, make(chan struct{}, 1)
+	s.ckptKick, s.cleanKick = make(chan struct{}, 1), make(chan struct{}, 1)
+	s.alloc.commitAt, s.alloc.kick = o.commit, s.ckptKick
+	s.lcond = sync.NewCond(&s.lmu)
 	s.devs = make([]*device, len(devs))
 	ids := make([]identity, len(devs))
 	idErr := make([]error, len(devs))
@@ -265,6 +315,9 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 		ids[i], idErr[i] = readIdentity(fsys)
 		if idErr[i] == nil {
 			votes[ids[i].Store]++
+		}
+		if errors.Is(idErr[i], ErrFormatV1) {
+			return nil, &DevicesError{Err: ErrFormatV1, Devices: []*DeviceError{d.devErr(idErr[i])}}
 		}
 	}
 	// The store is the one most devices name.
@@ -335,9 +388,12 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.codec = c
-	s.bufs.init(s.unit)
+	s.bufs.init(s.unit, s.geo.Data)
+	s.maxRuns = maxSummaryRuns(s.unit)
+	s.resvSize = min(max(resvBytes/s.stripeBytes(), 64), 16384)
 
-	if err := s.openReplicas(ids, idErr, &soft); err != nil {
+	st, err := s.openReplicas(ids, idErr, &soft)
+	if err != nil {
 		s.closeFiles()
 		return nil, err
 	}
@@ -350,15 +406,22 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 		s.log.Warn("chunkstore: device unavailable; store is degraded", "pos", de.Pos, "device", de.Device, "err", de.Err)
 	}
 
+	// Roll forward: the stripes the log wrote after the checkpoint.
+	replayed := s.replay(st.resv, st.super.LogGen)
 	// Generations: hand out from the committed reservation and commit a
-	// new one before any write.
+	// new one (and a new checkpoint, with a new log reservation) before
+	// any write.
 	s.gen.Store(s.genHigh)
 	if err := s.commit(); err != nil {
 		s.closeFiles()
 		return nil, err
 	}
-	s.stop, s.bgDone = make(chan struct{}), make(chan struct{})
+	s.stop, s.bgDone, s.cleanDone = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go s.autoCommit()
+	go s.cleaner()
+	if replayed > 0 {
+		s.log.Info("chunkstore: rolled the log forward", "stripes", replayed)
+	}
 	s.log.Info("chunkstore: open", "store", s.id, "geometry", s.geo.String(), "unit", s.unit,
 		"simd", SIMD(), "degraded", len(soft))
 	return s, nil
@@ -367,7 +430,7 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 // openReplicas opens the metadata replica of every identified device,
 // adopts the one with the highest Seq, brings the others up to it, checks
 // the device table against the identities and loads the metadata.
-func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError) error {
+func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError) (*metaState, error) {
 	type rep struct {
 		db  *bolt.DB
 		sb  superblock
@@ -398,6 +461,9 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 			continue
 		}
 		sb, err := readSuper(db)
+		if err == nil && sb.Version == formatV1 {
+			hard = append(hard, d.devErr(ErrFormatV1))
+		}
 		if err == nil && (sb.Store != s.id || sb.Geo != s.geo || sb.Unit != s.unit) {
 			err = corruptf("metadata replica is of store %s %s, identity says %s %s", sb.Store, sb.Geo, s.id, s.geo)
 		}
@@ -415,11 +481,11 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 	}
 	if len(hard) > 0 {
 		closeAll()
-		return &DevicesError{Err: ErrDeviceBusy, Devices: hard}
+		return nil, &DevicesError{Err: hard[0].Err, Devices: hard}
 	}
 	if bestPos < 0 {
 		closeAll()
-		return &DevicesError{Err: fmt.Errorf("%w: no readable metadata replica", ErrNoStore), Devices: *soft}
+		return nil, &DevicesError{Err: fmt.Errorf("%w: no readable metadata replica", ErrNoStore), Devices: *soft}
 	}
 	st, err := loadMeta(reps[bestPos].db)
 	if err != nil {
@@ -443,7 +509,7 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 		}
 		if bestPos < 0 {
 			closeAll()
-			return fmt.Errorf("chunkstore: no metadata replica loads: %w", err)
+			return nil, fmt.Errorf("chunkstore: no metadata replica loads: %w", err)
 		}
 	}
 	s.seq = st.super.Seq
@@ -464,7 +530,7 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 	}
 	if len(hard) > 0 {
 		closeAll()
-		return &DevicesError{Err: hard[0].Err, Devices: hard}
+		return nil, &DevicesError{Err: hard[0].Err, Devices: hard}
 	}
 
 	// Bring stale replicas up to the adopted one and open shard files.
@@ -499,22 +565,53 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 		}
 	}
 	s.load(st)
-	return nil
+	return st, nil
 }
 
-// load builds the in-memory tables and the allocator from the metadata.
+// load builds the in-memory tables, the maps and the allocator from the
+// metadata.
 func (s *Store) load(st *metaState) {
 	s.vols = map[string]*Volume{}
 	s.volByOwner = map[uint64]*Volume{}
+	s.owners = map[uint64]*ownerMap{}
+	s.unwritten = map[uint64]*logStripe{}
+	s.failed = map[uint64]*logStripe{}
+	s.dirtySlots = map[uint64]struct{}{}
 	shared := 0
-	for name, r := range st.volumes {
-		v := newVolume(s, name, r)
-		for idx, e := range st.extents[r.Owner] {
-			v.extents[idx] = e
-			if !s.alloc.markUsed(e.Slot) {
-				shared++
+	for slot, r := range st.slots {
+		si := s.slotAt(slot)
+		*si = slotInfo{used: true, key: r.Key, ext: r.Ext, sectors: int32(r.Sectors)}
+		s.dataSlots++
+		if !s.alloc.markUsed(slot) {
+			shared++
+		}
+	}
+	for _, slot := range st.resv {
+		if !s.alloc.markUsed(slot) {
+			shared++
+		}
+	}
+	addOwner := func(owner uint64) {
+		m := newOwnerMap()
+		for page, runs := range st.pages[owner] {
+			m.pages[page] = runs
+			for _, r := range runs {
+				if r.slot >= uint64(len(s.slots)) || !s.slots[r.slot].used {
+					// Cannot happen by construction: the read would fail its
+					// header check; count it like a slot named twice.
+					shared++
+					continue
+				}
+				s.slots[r.slot].live += int32(r.n)
+				s.liveTotal += int64(r.n)
+				m.mapped += int64(r.n)
 			}
 		}
+		s.owners[owner] = m
+	}
+	for name, r := range st.volumes {
+		v := newVolume(s, name, r)
+		addOwner(r.Owner)
 		s.vols[name] = v
 		s.volByOwner[r.Owner] = v
 	}
@@ -523,20 +620,19 @@ func (s *Store) load(st *metaState) {
 		rc := r
 		s.chunks.m[id] = &rc
 		s.chunks.byOwner[r.Owner] = id
-		for _, e := range r.Stripes {
-			if !s.alloc.markUsed(e.Slot) {
-				shared++
-			}
-		}
+		addOwner(r.Owner)
 	}
 	if shared > 0 {
-		// Cannot happen by construction; if it does, the header checks
-		// keep the wrong owner's reads from returning the other's data.
 		if invariants {
-			panic(fmt.Sprintf("chunkstore: %d slots are named by two extents", shared))
+			panic(fmt.Sprintf("chunkstore: %d slots are named twice or not at all", shared))
 		}
-		s.log.Error("chunkstore: metadata names some slots twice", "slots", shared)
+		s.log.Error("chunkstore: metadata names some slots twice or not at all", "slots", shared)
 	}
+	// Slots that hold nothing live any more (their last sectors were
+	// overwritten in the log after the checkpoint) are released by the
+	// roll-forward; the queue of reserved slots starts as the checkpoint
+	// left it.
+	s.resv = append([]uint64(nil), st.resv...)
 	s.repair.init()
 }
 
@@ -554,22 +650,28 @@ func (s *Store) closeFiles() {
 	}
 }
 
-// Close writes out cached data, commits, and closes the devices. The
+// Close writes out the log, checkpoints, and closes the devices. The
 // returned error is that of the final Sync; the devices are closed anyway.
 // Using the store or its volumes after Close returns ErrClosed.
 func (s *Store) Close() error {
 	if s.closed.Load() {
 		return nil
 	}
-	err := s.Sync()
+	err := s.commit()
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	s.commitMu.Lock()
-	s.closeFiles()
-	s.commitMu.Unlock()
 	close(s.stop)
 	<-s.bgDone
+	<-s.cleanDone
+	s.lmu.Lock()
+	s.lcond.Broadcast() // appenders waiting for room see the store closed
+	s.lmu.Unlock()
+	s.commitMu.Lock()
+	s.flushMu.Lock()
+	s.closeFiles()
+	s.flushMu.Unlock()
+	s.commitMu.Unlock()
 	return err
 }
 
@@ -580,129 +682,22 @@ func (s *Store) checkOpen() error {
 	return nil
 }
 
-// Sync makes every write that returned before it durable: it writes out
-// the volumes' cached stripes, fsyncs the shard files of every device, and
-// commits the metadata to every replica. Crash-wise it is all or nothing.
+// Sync makes every write that returned before it durable. When only log
+// appends wait, that is a log flush: the open stripe is written (short,
+// if it is not full) and every device is fsynced once, shared with every
+// concurrent Sync and FUA write (group commit). When an unmap, a chunk
+// record or a device change waits too, it is a checkpoint (commit).
 func (s *Store) Sync() error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	var first error
-	for _, v := range s.volumeList() {
-		if err := v.flushAll(); err != nil && first == nil {
-			first = err
-		}
+	s.lmu.Lock()
+	need := s.ckptNeeded
+	s.lmu.Unlock()
+	if need {
+		return s.commit()
 	}
-	if err := s.commit(); err != nil && first == nil {
-		first = err
-	}
-	return first
-}
-
-// autoCommit is the background committer: it commits when the allocator
-// says that opts.commit released slots wait for one. It is what reclaims
-// the space of overwritten stripes when the host does not flush. A
-// commit leaves the volumes' write caches alone: it makes durable what
-// the block maps already point at, which a Sync would make durable too.
-func (s *Store) autoCommit() {
-	defer close(s.bgDone)
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.alloc.kick:
-		}
-		s.commitMu.Lock()
-		if !s.closed.Load() && s.alloc.waiting() >= s.opts.commit {
-			if err := s.commitLocked(nil); err != nil {
-				s.log.Warn("chunkstore: background commit failed", "err", err)
-			} else {
-				s.stats.autoCommits.Add(1)
-			}
-		}
-		s.commitMu.Unlock()
-	}
-}
-
-// throttleFactor: a writer commits itself once this many thresholds of
-// released slots wait, the background committer having fallen behind.
-const throttleFactor = 4
-
-// throttle is where writes, discards and chunk puts and deletes start,
-// holding no lock: when throttleFactor × opts.commit released slots wait
-// for a commit, the writer makes the commit itself, so that a writer
-// faster than the committer cannot grow the shard files without bound.
-func (s *Store) throttle() {
-	if s.opts.commit == 0 || s.alloc.waiting() < throttleFactor*s.opts.commit {
-		return
-	}
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	if s.closed.Load() || s.alloc.waiting() < throttleFactor*s.opts.commit {
-		return
-	}
-	if err := s.commitLocked(nil); err != nil {
-		s.log.Warn("chunkstore: commit for a throttled writer failed", "err", err)
-		return
-	}
-	s.stats.autoCommits.Add(1)
-}
-
-// commit makes the current in-memory metadata durable.
-func (s *Store) commit() error {
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	return s.commitLocked(nil)
-}
-
-// commitLocked is the commit protocol (doc.go, "Crash consistency"):
-//
-//  1. start an allocator epoch, then snapshot what changed;
-//  2. fsync the shard file of every writable device, so that every shard
-//     the snapshot points at is durable; a device that fails is taken out
-//     and its shards are marked missing in the snapshot;
-//  3. write the snapshot to every writable device's replica, after probing
-//     the device through its FS;
-//  4. free the slots released before step 1.
-//
-// extra adds to the snapshot (volume creation and deletion). The caller
-// holds commitMu.
-func (s *Store) commitLocked(extra func(*batch)) error {
-	epoch := s.alloc.beginCommit()
-	b, restore := s.snapshot()
-	if extra != nil {
-		extra(b)
-	}
-	fail := func(err error) error {
-		restore()
-		return err
-	}
-
-	synced := s.forWritable(func(d *device, f *devFiles) error { return f.data.Sync() })
-	if lost := s.allMask() &^ synced; lost != 0 {
-		b.markMissing(lost)
-	}
-	if err := s.enoughDevices(); err != nil {
-		return fail(err)
-	}
-
-	committed := s.forWritable(func(d *device, f *devFiles) error {
-		if _, err := f.fs.Stat(identityFile); err != nil {
-			return err
-		}
-		return f.db.Update(b.apply)
-	})
-	s.seq = b.super.Seq
-	if committed == 0 {
-		return fail(ErrTooManyFailures)
-	}
-	if err := s.enoughDevices(); err != nil {
-		return fail(err)
-	}
-	s.genHigh = b.super.GenHigh
-	s.devDirty = false
-	s.alloc.commitDone(epoch)
-	return nil
+	return s.flushLog(s.lastSeq())
 }
 
 // forWritable runs fn on every writable device in parallel; a device whose
@@ -760,45 +755,6 @@ func (s *Store) enoughDevices() error {
 	return nil
 }
 
-// snapshot collects every change since the last commit into a batch. The
-// returned restore puts the changes back if the commit fails.
-func (s *Store) snapshot() (*batch, func()) {
-	b := newBatch()
-	next := s.gen.Load()
-	if next+genReserve/2 > s.genHigh {
-		b.super.GenHigh = next + genReserve
-	} else {
-		b.super.GenHigh = s.genHigh
-	}
-	b.super.Store, b.super.Geo, b.super.Unit = s.id, s.geo, s.unit
-	b.super.Seq = s.seq + 1
-	b.super.NextOwner = s.owner.Load()
-	if s.devDirty {
-		for pos, r := range s.devRecs {
-			b.devices[pos] = r
-		}
-	}
-	type volKeys struct {
-		v    *Volume
-		keys []uint64
-	}
-	var taken []volKeys
-	for _, v := range s.volumeList() {
-		keys := v.takeDirty(b)
-		if len(keys) > 0 {
-			taken = append(taken, volKeys{v, keys})
-		}
-	}
-	chunkIDs := s.chunks.takeDirty(b)
-	restore := func() {
-		for _, t := range taken {
-			t.v.redirty(t.keys)
-		}
-		s.chunks.redirty(chunkIDs)
-	}
-	return b, restore
-}
-
 func (s *Store) volumeList() []*Volume {
 	s.volMu.RLock()
 	defer s.volMu.RUnlock()
@@ -820,9 +776,11 @@ type Info struct {
 	// Degraded is true when any device is not healthy.
 	Degraded bool
 	Devices  []DeviceInfo
-	// SlotsInUse and Slots count physical stripe slots in use and ever
-	// handed out; each slot is 4 KiB + StripeUnit on every device.
-	SlotsInUse, Slots uint64
+	// SlotsInUse counts the physical stripe slots that hold a stripe, and
+	// Slots is one more than the highest of them: each slot is 4 KiB +
+	// StripeUnit on every device. Reserved counts the free slots set
+	// aside for the log's next stripes.
+	SlotsInUse, Slots, Reserved uint64
 }
 
 // Info returns the store's identity, geometry and device states.
@@ -838,7 +796,16 @@ func (s *Store) Info() Info {
 		}
 		in.Devices = append(in.Devices, di)
 	}
-	in.SlotsInUse, in.Slots = s.alloc.usage()
+	s.lmu.Lock()
+	in.SlotsInUse = uint64(s.dataSlots)
+	for p := len(s.slots) - 1; p >= 0; p-- {
+		if s.slots[p].used {
+			in.Slots = uint64(p) + 1
+			break
+		}
+	}
+	in.Reserved = uint64(len(s.resv))
+	s.lmu.Unlock()
 	return in
 }
 

@@ -14,8 +14,9 @@ import (
 // bufferPool recycles shard-sized buffers and header buffers, so the
 // steady-state I/O path does not allocate them.
 type bufferPool struct {
-	unit   int
-	shards sync.Pool // *[]byte of unit bytes
+	unit    int
+	stripes sync.Pool // *[]byte of K × unit bytes: log stripes
+	shards  sync.Pool // *[]byte of unit bytes
 	hdrs   sync.Pool // *hdrBuf
 	reads  sync.Pool // *readScratch
 }
@@ -28,13 +29,16 @@ type hdrBuf struct {
 	iov [2][]byte
 }
 
-func (p *bufferPool) init(unit int) {
+func (p *bufferPool) init(unit, k int) {
 	p.unit = unit
+	p.stripes.New = func() any { b := make([]byte, k*unit); return &b }
 	p.shards.New = func() any { b := make([]byte, unit); return &b }
 	p.hdrs.New = func() any { return new(hdrBuf) }
 	p.reads.New = func() any { return new(readScratch) }
 }
 
+func (p *bufferPool) stripe() *[]byte      { return p.stripes.Get().(*[]byte) }
+func (p *bufferPool) putStripe(b *[]byte) { p.stripes.Put(b) }
 func (p *bufferPool) shard() *[]byte     { return p.shards.Get().(*[]byte) }
 func (p *bufferPool) putShard(b *[]byte) { p.shards.Put(b) }
 func (p *bufferPool) hdr() *hdrBuf       { return p.hdrs.Get().(*hdrBuf) }
@@ -163,19 +167,12 @@ const parallelMin = 32 << 10
 // maxBatch is the most stripes written in one batch.
 const maxBatch = 16
 
-// stripeWrite is one stripe to write: K data shards of one length.
+// stripeWrite is one stripe to write: K data shards of one length, and
+// for a log stripe the summary its headers carry.
 type stripeWrite struct {
-	key  stripeKey
-	data [][]byte
-}
-
-// writeStripe writes one stripe; see writeStripes.
-func (s *Store) writeStripe(key stripeKey, data [][]byte, shardLen int) (extent, error) {
-	exts, err := s.writeStripes([]stripeWrite{{key: key, data: data}}, shardLen)
-	if err != nil {
-		return extent{}, err
-	}
-	return exts[0], nil
+	key     stripeKey
+	data    [][]byte
+	summary []sumRun
 }
 
 // devWrite is one shard bound for a device.
@@ -185,20 +182,19 @@ type devWrite struct {
 	slot   uint64
 }
 
-// writeStripes writes new stripes in fresh slots (copy-on-write): it
-// encodes each stripe's K data shards (each shardLen bytes) into M parity
-// shards, then has one goroutine per device checksum its shards and write
-// them, each run of consecutive slots with one pwritev. It never touches a
-// slot in use. On ENOSPC it frees the slots and fails with ErrNoSpace; a
-// device that fails otherwise is taken out of use and its shards marked
-// missing, unless a stripe is then left with fewer than K shards
-// (ErrTooManyFailures). Either way, on error nothing was installed.
-func (s *Store) writeStripes(ws []stripeWrite, shardLen int) ([]extent, error) {
+// writeStripesAt writes stripes into the slots and generations exts name
+// (each exts[j].ShardLen the length of ws[j]'s shards): it encodes each
+// stripe's K data shards into M parity shards, then has one goroutine per
+// device checksum its shards and write them, each run of consecutive
+// slots with one pwritev. On ENOSPC it fails with ErrNoSpace; a device
+// that fails otherwise is taken out of use and exts[j].Missing marks it,
+// unless a stripe is then left with fewer than K shards
+// (ErrTooManyFailures).
+func (s *Store) writeStripesAt(ws []stripeWrite, exts []extent) error {
 	if err := s.checkOpen(); err != nil {
-		return nil, err
+		return err
 	}
 	k, m := s.geo.Data, s.geo.Parity
-	exts := make([]extent, len(ws))
 	shards := make([][][]byte, len(ws))
 	parity := make([]*[]byte, 0, len(ws)*m)
 	defer func() {
@@ -206,14 +202,10 @@ func (s *Store) writeStripes(ws []stripeWrite, shardLen int) ([]extent, error) {
 			s.bufs.putShard(p)
 		}
 	}()
-	abort := func() {
-		for _, e := range exts {
-			s.alloc.abort(e.Slot)
-		}
-	}
-	gen0 := s.gen.Add(uint64(len(ws))) - uint64(len(ws)) + 1
+	bytes := 0
 	for j, w := range ws {
-		exts[j] = extent{Slot: s.alloc.get(), Gen: gen0 + uint64(j), ShardLen: shardLen}
+		shardLen := exts[j].ShardLen
+		bytes += shardLen * s.n
 		shards[j] = make([][]byte, s.n)
 		copy(shards[j], w.data)
 		for i := range m {
@@ -222,12 +214,11 @@ func (s *Store) writeStripes(ws []stripeWrite, shardLen int) ([]extent, error) {
 			shards[j][k+i] = (*p)[:shardLen]
 		}
 		if err := s.codec.encode(shards[j]); err != nil {
-			abort()
-			return nil, fmt.Errorf("chunkstore: encode: %w", err)
+			return fmt.Errorf("chunkstore: encode: %w", err)
 		}
 	}
 	errs := make([]error, s.n)
-	parallel(s.n, shardLen*s.n*len(ws) >= parallelMin, func(pos int) {
+	parallel(s.n, bytes >= parallelMin, func(pos int) {
 		d := s.devs[pos]
 		if !d.writable() {
 			errs[pos] = errUnavailable
@@ -256,12 +247,10 @@ func (s *Store) writeStripes(ws []stripeWrite, shardLen int) ([]extent, error) {
 		}
 	}
 	if nospace != nil {
-		abort()
-		return nil, fmt.Errorf("%w: %w", ErrNoSpace, nospace)
+		return fmt.Errorf("%w: %w", ErrNoSpace, nospace)
 	}
 	if bits.OnesCount64(lost) > m {
-		abort()
-		return nil, &StripeError{Owner: ws[0].key.Owner, Index: ws[0].key.Index,
+		return &StripeError{Owner: ws[0].key.Owner, Index: ws[0].key.Index,
 			Err: fmt.Errorf("%w: %d of %d shards could not be written", ErrTooManyFailures, bits.OnesCount64(lost), s.n)}
 	}
 	for j := range exts {
@@ -271,7 +260,7 @@ func (s *Store) writeStripes(ws []stripeWrite, shardLen int) ([]extent, error) {
 	if lost != 0 {
 		s.stats.degradedWrites.Add(int64(len(ws)))
 	}
-	return exts, nil
+	return nil
 }
 
 // writeDeviceShards checksums and writes one device's shards of a batch,
@@ -305,7 +294,7 @@ func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, sh
 		payload := shards[w.stripe][w.shard]
 		h := s.bufs.hdr()
 		hdrs = append(hdrs, h)
-		s.encodeShardHeader(h, ws[w.stripe].key, e.Slot, e.Gen, w.shard, payload)
+		s.encodeShardHeader(h, ws[w.stripe].key, e.Slot, e.Gen, w.shard, payload, ws[w.stripe].summary)
 		// Slots are contiguous in the file only when the one before is
 		// full (header region + a whole unit).
 		contiguous := n > 0 && w.slot == writes[n-1].slot+1 && exts[writes[n-1].stripe].ShardLen == s.unit
@@ -320,9 +309,9 @@ func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, sh
 	return flush()
 }
 
-// encodeShardHeader fills h's header region (the header, then zeros) for
-// shard i of a stripe.
-func (s *Store) encodeShardHeader(h *hdrBuf, key stripeKey, slot, gen uint64, i int, payload []byte) {
+// encodeShardHeader fills h's header region (the header, the stripe's
+// summary, then zeros) for shard i of a stripe.
+func (s *Store) encodeShardHeader(h *hdrBuf, key stripeKey, slot, gen uint64, i int, payload []byte, summary []sumRun) {
 	n := sectorsOf(len(payload))
 	hdr := shardHeader{Store: s.id, Owner: key.Owner, Index: key.Index, Slot: slot, Gen: gen,
 		Shard: i, Geo: s.geo, Length: len(payload), CRCs: h.crcs[:n]}
@@ -330,16 +319,17 @@ func (s *Store) encodeShardHeader(h *hdrBuf, key stripeKey, slot, gen uint64, i 
 		hdr.CRCs[j] = checksum(payload[j*SectorSize : min((j+1)*SectorSize, len(payload))])
 	}
 	hn := hdr.marshalInto(h.b[:])
+	hn += encodeSummary(h.b[hn:], summary)
 	clear(h.b[hn:])
 }
 
 // writeShard writes shard i of a stripe, header and payload, into slot
 // (an in-place repair of a shard known to be bad).
-func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, payload []byte) error {
+func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, payload []byte, summary []sumRun) error {
 	f := d.files.Load()
 	h := s.bufs.hdr()
 	defer s.bufs.putHdr(h)
-	s.encodeShardHeader(h, key, slot, gen, i, payload)
+	s.encodeShardHeader(h, key, slot, gen, i, payload, summary)
 	d.writes.Add(1)
 	if _, err := f.data.WriteAtv([][]byte{h.b[:], payload}, s.slotOffset(slot)); err != nil {
 		d.errs.Add(1)
@@ -541,7 +531,7 @@ func (s *Store) noteFault(key stripeKey, ext extent, err error) {
 	s.countFault(err)
 	var se *shardError
 	if errors.As(err, &se) && s.devs[se.dev].writable() {
-		s.repair.add(key)
+		s.repair.add(ext.Slot)
 	}
 }
 

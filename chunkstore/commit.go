@@ -1,0 +1,253 @@
+package chunkstore
+
+import (
+	"time"
+)
+
+// resvBytes is how much stripe data a checkpoint reserves slots for: the
+// log writes that much before it must wait for the next checkpoint, and
+// the roll-forward at Open examines at most that much.
+const resvBytes = 256 << 20
+
+// ckptInterval: the background committer checkpoints at least this often
+// while anything waits for a checkpoint.
+const ckptInterval = 5 * time.Second
+
+func (s *Store) kickCommit() {
+	select {
+	case s.ckptKick <- struct{}{}:
+	default:
+	}
+}
+
+// autoCommit is the background committer. It checkpoints when half the
+// log reservation is used, when WithAutoCommit released slots wait to be
+// freed, and every ckptInterval while an unmap or chunk record change
+// waits. A checkpoint makes durable what the maps point at (writing the
+// open stripe short if it must); it is what frees the slots of
+// overwritten data and bounds the roll-forward.
+func (s *Store) autoCommit() {
+	defer close(s.bgDone)
+	t := time.NewTicker(ckptInterval)
+	defer t.Stop()
+	for {
+		timed := false
+		select {
+		case <-s.stop:
+			return
+		case <-s.ckptKick:
+		case <-t.C:
+			timed = true
+		}
+		s.lmu.Lock()
+		need := s.resvLimit-s.pops <= uint64(s.resvSize/2) ||
+			(s.opts.commit > 0 && s.alloc.waiting() >= s.opts.commit) ||
+			(timed && (s.ckptNeeded || len(s.dirtySlots) > 0))
+		s.lmu.Unlock()
+		if !need {
+			continue
+		}
+		s.commitMu.Lock()
+		if !s.closed.Load() {
+			if err := s.commitLocked(nil); err != nil {
+				s.log.Warn("chunkstore: background checkpoint failed", "err", err)
+			} else {
+				s.stats.autoCommits.Add(1)
+			}
+		}
+		s.commitMu.Unlock()
+	}
+}
+
+// throttleFactor: a writer checkpoints itself once this many thresholds of
+// released slots wait, the background committer having fallen behind.
+const throttleFactor = 4
+
+// throttle is where writes, discards and chunk puts and deletes start,
+// holding no lock: when throttleFactor × opts.commit released slots wait
+// for a checkpoint, the writer makes it itself, so that a writer faster
+// than the committer cannot grow the shard files without bound.
+func (s *Store) throttle() {
+	if s.opts.commit == 0 || s.alloc.waiting() < throttleFactor*s.opts.commit {
+		return
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.closed.Load() || s.alloc.waiting() < throttleFactor*s.opts.commit {
+		return
+	}
+	if err := s.commitLocked(nil); err != nil {
+		s.log.Warn("chunkstore: checkpoint for a throttled writer failed", "err", err)
+		return
+	}
+	s.stats.autoCommits.Add(1)
+}
+
+// commit checkpoints.
+func (s *Store) commit() error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	return s.commitLocked(nil)
+}
+
+// commitLocked is the checkpoint (doc.go, "Crash consistency"):
+//
+//  1. start an allocator epoch; under lmu, seal the open stripe and take
+//     the snapshot: the changed map pages, the slot records of stripes
+//     already written, the slots released, the chunk records, and a new
+//     log reservation (the slots not yet used of the last one, topped
+//     up), with LogGen, the last generation handed out;
+//  2. wait until every stripe sealed so far is written, then fsync the
+//     shard file of every writable device; a device whose fsync fails is
+//     taken out, and the snapshot marks it missing in every stripe
+//     written since the last fsync;
+//  3. for every writable device: probe it through its FS, then apply the
+//     snapshot to its replica in one bbolt transaction (Seq+1);
+//  4. free the slots released before step 1, once no read that could
+//     still use them is running; let the log use the new reservation.
+//
+// extra adds to the snapshot (volume creation and deletion, the device
+// table). The caller holds commitMu.
+func (s *Store) commitLocked(extra func(*batch)) error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	epoch := s.alloc.beginCommit()
+	b := newBatch()
+	next := s.gen.Load()
+	if next+genReserve/2 > s.genHigh {
+		b.super.GenHigh = next + genReserve
+	} else {
+		b.super.GenHigh = s.genHigh
+	}
+	b.super.Store, b.super.Geo, b.super.Unit = s.id, s.geo, s.unit
+	b.super.Seq = s.seq + 1
+	b.super.NextOwner = s.owner.Load()
+	if s.devDirty {
+		for pos, r := range s.devRecs {
+			b.devices[pos] = r
+		}
+	}
+	chunkIDs := s.chunks.takeDirty(b)
+
+	// 1. The snapshot.
+	type pageKeyOf struct{ owner, page uint64 }
+	var (
+		takenPages []pageKeyOf
+		takenSlots []uint64
+		pending    []*logStripe
+		recs       = map[uint64]slotRecord{}
+	)
+	s.lmu.Lock()
+	s.sealLocked()
+	target := s.sealed
+	for owner, m := range s.owners {
+		for page := range m.dirty {
+			var val []byte
+			if runs := m.pages[page]; len(runs) > 0 {
+				val = encodePage(runs)
+			}
+			b.pages = append(b.pages, pageChange{owner: owner, page: page, val: val})
+			takenPages = append(takenPages, pageKeyOf{owner, page})
+		}
+		clear(m.dirty)
+	}
+	for slot := range s.dirtySlots {
+		si := &s.slots[slot]
+		switch {
+		case !si.used:
+			b.slots = append(b.slots, slotChange{slot: slot})
+		case si.mem != nil:
+			continue // sealed later than the snapshot, or below: see pending
+		default:
+			recs[slot] = slotRecord{Key: si.key, Ext: si.ext, Sectors: int(si.sectors)}
+		}
+		takenSlots = append(takenSlots, slot)
+		delete(s.dirtySlots, slot)
+	}
+	for _, o := range s.unwritten {
+		if o.seq <= target {
+			pending = append(pending, o)
+		}
+	}
+	for _, o := range s.failed {
+		if o.seq <= target {
+			pending = append(pending, o)
+		}
+	}
+	for len(s.resv) < s.resvSize {
+		s.resv = append(s.resv, s.alloc.get())
+	}
+	b.resv = append([]uint64(nil), s.resv...)
+	pops := s.pops
+	b.super.LogGen = s.gen.Load()
+	ckptNeeded := s.ckptNeeded
+	s.ckptNeeded = false
+	s.lmu.Unlock()
+	if extra != nil {
+		extra(b)
+	}
+	restore := func() {
+		s.lmu.Lock()
+		for _, k := range takenPages {
+			if m := s.owners[k.owner]; m != nil {
+				m.dirty[k.page] = struct{}{}
+			}
+		}
+		for _, slot := range takenSlots {
+			s.dirtySlots[slot] = struct{}{}
+		}
+		s.ckptNeeded = s.ckptNeeded || ckptNeeded
+		s.lmu.Unlock()
+		s.chunks.redirty(chunkIDs)
+	}
+	fail := func(err error) error {
+		restore()
+		return err
+	}
+
+	// 2. Every stripe the snapshot names is written, then synced.
+	if _, err := s.writeOutLocked(target); err != nil {
+		return fail(err)
+	}
+	before := s.writableMask()
+	if err := s.syncDevicesLocked(); err != nil {
+		return fail(err)
+	}
+	lost := before &^ s.writableMask()
+	for _, o := range pending {
+		recs[o.slot] = slotRecord{Key: stripeKey{Owner: logOwner, Index: o.slot},
+			Ext: extent{Slot: o.slot, Gen: o.gen, ShardLen: o.shardLen, Missing: o.lost}, Sectors: o.n}
+	}
+	for slot, r := range recs {
+		r.Ext.Missing |= lost
+		b.slots = append(b.slots, slotChange{slot: slot, rec: r.encode()})
+	}
+	s.durable = max(s.durable, target)
+
+	// 3. The replicas.
+	committed := s.forWritable(func(d *device, f *devFiles) error {
+		if _, err := f.fs.Stat(identityFile); err != nil {
+			return err
+		}
+		return f.db.Update(b.apply)
+	})
+	s.seq = b.super.Seq
+	if committed == 0 {
+		return fail(ErrTooManyFailures)
+	}
+	if err := s.enoughDevices(); err != nil {
+		return fail(err)
+	}
+	s.genHigh = b.super.GenHigh
+	s.devDirty = false
+
+	// 4. Free what the previous checkpoint named and this one does not.
+	s.gate.Lock()
+	s.alloc.commitDone(epoch)
+	s.gate.Unlock()
+	s.lmu.Lock()
+	s.resvLimit = pops + uint64(len(b.resv))
+	s.lcond.Broadcast()
+	s.lmu.Unlock()
+	return nil
+}
