@@ -9,6 +9,10 @@ import (
 // the roll-forward at Open examines at most that much.
 const resvBytes = 256 << 20
 
+// resvHead is how many slots of its reservation the log may use while a
+// checkpoint is being written.
+const resvHead = 2 * maxInflight
+
 // ckptInterval: the background committer checkpoints at least this often
 // while anything waits for a checkpoint.
 const ckptInterval = 5 * time.Second
@@ -174,11 +178,21 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 			pending = append(pending, o)
 		}
 	}
+	// The new reservation: the next resvHead slots of the current one
+	// (the log may use those before this checkpoint completes: they are
+	// in the last committed reservation too), then the lowest free slots,
+	// so that the log fills the holes the cleaner and overwrites leave.
+	head := min(len(s.resv), resvHead)
+	for _, slot := range s.resv[head:] {
+		s.alloc.abort(slot)
+	}
+	s.resv = s.resv[:head]
 	for len(s.resv) < s.resvSize {
 		s.resv = append(s.resv, s.alloc.get())
 	}
 	b.resv = append([]uint64(nil), s.resv...)
 	pops := s.pops
+	s.resvLimit = min(s.resvLimit, pops+uint64(head))
 	b.super.LogGen = s.gen.Load()
 	ckptNeeded := s.ckptNeeded
 	s.ckptNeeded = false

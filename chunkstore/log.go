@@ -229,6 +229,9 @@ func (s *Store) finishLocked(o *logStripe, err error) {
 // is held, and released while waiting for room.
 func (s *Store) appendLocked(owner uint64, lba uint64, data []byte, from *loc) (uint64, error) {
 	nsec := len(data) / SectorSize
+	if err := s.enoughDevices(); err != nil {
+		return 0, err
+	}
 	var seq uint64
 	for i := 0; i < nsec; {
 		m := s.ownerLocked(owner)
@@ -407,7 +410,14 @@ func (s *Store) syncDevicesLocked() error {
 	unsynced := s.unsynced
 	s.unsynced = nil
 	s.lmu.Unlock()
-	synced := s.forWritable(func(d *device, f *devFiles) error { return f.data.Sync() })
+	synced := s.forWritable(func(d *device, f *devFiles) error {
+		if err := f.data.Sync(); err != nil {
+			return err
+		}
+		// A device whose directory is gone still syncs its open file.
+		_, err := f.fs.Stat(identityFile)
+		return err
+	})
 	if lost := s.allMask() &^ synced; lost != 0 {
 		s.lmu.Lock()
 		for _, slot := range unsynced {

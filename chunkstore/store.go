@@ -1,6 +1,7 @@
 package chunkstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -406,8 +407,15 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 		s.log.Warn("chunkstore: device unavailable; store is degraded", "pos", de.Pos, "device", de.Device, "err", de.Err)
 	}
 
-	// Roll forward: the stripes the log wrote after the checkpoint.
+	// Roll forward: the stripes the log wrote after the checkpoint. Those
+	// a crash left with some shards bad are repaired at once, so the
+	// store opens with every stripe's parity consistent.
 	replayed := s.replay(st.resv, st.super.LogGen)
+	if s.repair.len() > 0 {
+		if _, err := s.RepairQueued(context.Background(), ScrubOptions{}); err != nil {
+			s.log.Warn("chunkstore: repairing stripes the crash cut", "err", err)
+		}
+	}
 	// Generations: hand out from the committed reservation and commit a
 	// new one (and a new checkpoint, with a new log reservation) before
 	// any write.
