@@ -13,11 +13,17 @@
 #                              the null go-fuse file system, and metadata rates beside
 #                              go-fuse's loopback of tmpfs (scripts/fusebench.sh)
 #   R7      chunkstore         SeqWrite 4+2 vs 1+0, SeqRead degraded vs healthy, Encode
+#   R7′     bin/mount --nbd    the ec write path end to end on a disk directory (not tmpfs):
+#                              fio's nbd engine on an ec: beside a file: namespace of one
+#                              target, write and space amplification, QD1 write+flush
+#                              latency beside a plain file's fdatasync, CPU per I/O
+#                              (scripts/ecwritebench.sh; RUNTIME_WA, ECWRITE_DIR, SPACE_BS)
 #   R8      allocs/op in every Go benchmark line; nvmeof/target BenchmarkDispatch
 # COUNT sets the repetitions of the RDMA transfer benchmarks, REPS those of
 # every fio case and of the other Go benchmarks (at least 3; the table
 # shows medians), RUNTIME the seconds of each fio run. ONLY=block runs the
-# R5 fio part (and R3's fio baseline) alone, ONLY=fuse the R6 part alone.
+# R5 fio part (and R3's fio baseline) alone, ONLY=fuse the R6 part alone,
+# ONLY=ecwrite the R7′ part alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count="${COUNT:-5}"
@@ -25,7 +31,7 @@ reps="${REPS:-3}"
 runtime="${RUNTIME:-5}"
 only="${ONLY:-}"
 [ "$reps" -ge 3 ] || { echo "REPS must be at least 3" >&2; exit 2; }
-case "$only" in "" | block | fuse) ;; *) echo "ONLY must be block or fuse" >&2; exit 2 ;; esac
+case "$only" in "" | block | fuse | ecwrite) ;; *) echo "ONLY must be block, fuse or ecwrite" >&2; exit 2 ;; esac
 work="$(mktemp -d)"
 out="$work/results"
 : >"$out"
@@ -133,6 +139,12 @@ fuse() {
 	BENCH_OUT="$out" COUNT="$reps" RUNTIME="$runtime" ./scripts/fusebench.sh
 }
 
+# ecwrite: R7′, scripts/ecwritebench.sh (RUNTIME_WA, ECWRITE_DIR and
+# SPACE_BS pass through), its results appended to ours.
+ecwrite() {
+	BENCH_OUT="$out" COUNT="$reps" RUNTIME="$runtime" ./scripts/ecwritebench.sh
+}
+
 if [ -z "$only" ]; then
 	echo "== R1/R2: rdma transfers"
 	go test -run '^$' -bench '^Benchmark(Transfer|PingPong)$' -benchmem -count "$count" -timeout 60m ./rdma/conformance | tee -a "$out"
@@ -147,12 +159,16 @@ if [ -z "$only" ]; then
 	go test -run '^$' -bench '^Benchmark(SeqWrite|SeqRead|Encode|PlainFile)$' -benchmem -count "$reps" -timeout 30m ./chunkstore | tee -a "$out"
 	echo
 fi
-if [ "$only" != fuse ]; then
+if [ -z "$only" ] || [ "$only" = block ]; then
 	block
 	echo
 fi
-if [ "$only" != block ]; then
+if [ -z "$only" ] || [ "$only" = fuse ]; then
 	fuse
+	echo
+fi
+if [ -z "$only" ] || [ "$only" = ecwrite ]; then
+	ecwrite
 	echo
 fi
 go run ./internal/benchtable <"$out"

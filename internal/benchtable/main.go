@@ -79,10 +79,23 @@ type comparison struct {
 	bar      float64 // the ratio to reach (at least), 0 for none
 	limitNS  float64 // R4: the most value may add to its baseline (or be, with no baseline), in ns
 	noAllocs bool    // R8: allocs/op must be 0
+	// atMost is the most value may be (with no baseline: a ratio the
+	// script measured, such as a write amplification) or value over the
+	// baseline (cost rows). R7′.
+	atMost float64
+	// cost shows the ratio as value over baseline, "3.20×": how many
+	// times the baseline's time or CPU the benchmark takes, the multiple
+	// an atMost bar bounds.
+	cost bool
+	goal float64 // a goal beyond the bar, shown beside it, not judged
+	// decimals is the digits after the point of value and baseline.
+	decimals int
 }
 
-// lowerIsBetter tells whether unit is a time.
-func lowerIsBetter(unit string) bool { return unit == "ns/op" || strings.HasSuffix(unit, "-ns") }
+// lowerIsBetter tells whether unit is a time (or a CPU time per I/O).
+func lowerIsBetter(unit string) bool {
+	return unit == "ns/op" || strings.HasSuffix(unit, "-ns") || strings.HasSuffix(unit, "µs/IO")
+}
 
 // Block cases and paths of the fio runs of scripts/bench.sh, each
 // against fio on nbdkit's memory plugin run the same way.
@@ -106,6 +119,22 @@ var (
 	r6        = map[string]bool{"randread-4KiB/capsule-shm": true, "seqread-1MiB/capsule-shm": true}
 	metaOps   = []string{"create", "stat", "unlink"}
 	metaPaths = []string{"capsule-shm", "capsule-iwarp"}
+)
+
+// R7′ cases of scripts/ecwritebench.sh: fio's nbd engine through the
+// bridge on an ec: namespace against a file: namespace of the same target
+// on the same disk, and QD1 write+flush latency against fio psync with
+// fdatasync on a plain file there.
+var (
+	// ecRatios carry a bar (at least) and a goal on ec over file; the
+	// random reads carry none here (R7′: no slower than before, ±10 %).
+	ecRatios = []struct {
+		c         string
+		bar, goal float64
+	}{{"randwrite-4KiB", 0.50, 0.80}, {"seqwrite-1MiB", 0.55, 0}, {"randread-4KiB", 0, 0}}
+	// ecCPUCases report CPU per I/O of the target and the bridge, ec
+	// against file where both ran.
+	ecCPUCases = []string{"seqwrite-1MiB", "randwrite-4KiB", "randread-4KiB", "fua-4KiB"}
 )
 
 // comparisons lists the table's lines in order.
@@ -181,6 +210,25 @@ func comparisons() []comparison {
 		comparison{name: "Encode/reedsolomon-purego", base: "Encode/reedsolomon", unit: "MB/s"},
 		comparison{name: "Encode/reedsolomon", base: "Encode/memcpy", unit: "MB/s"},
 	)
+	// R7′: the erasure-coded write path end to end, through the bridge.
+	for _, e := range ecRatios {
+		cmp := comparison{name: "ECWrite/" + e.c + "/capsule-ec", base: "ECWrite/" + e.c + "/capsule-file", unit: "IOPS"}
+		if e.bar > 0 {
+			cmp.bar, cmp.goal, cmp.id = e.bar, e.goal, "R7′"
+		}
+		cs = append(cs, cmp)
+	}
+	cs = append(cs,
+		comparison{name: "ECWrite/write-amp/capsule-ec", unit: "write-amp", atMost: 2.5, goal: 1.8, decimals: 2, id: "R7′"},
+		comparison{name: "ECWrite/space/capsule-ec", unit: "space-amp", atMost: 1.3, decimals: 2, id: "R7′"},
+		comparison{name: "ECWrite/fua-4KiB/capsule-ec", base: "ECWrite/fua-4KiB/plain-file", unit: "p50-ns", cost: true, atMost: 1.5, id: "R7′"},
+		comparison{name: "ECWrite/fua-4KiB/capsule-file", base: "ECWrite/fua-4KiB/plain-file", unit: "p50-ns", cost: true},
+	)
+	for _, c := range ecCPUCases {
+		name, base := "ECWrite/"+c+"/capsule-ec", "ECWrite/"+c+"/capsule-file"
+		cs = append(cs, comparison{name: name, label: name + "/cpu", base: base, baseLabel: base + "/cpu", unit: "cpu-µs/IO", cost: true, decimals: 1})
+	}
+	cs = append(cs, comparison{name: "ECWrite/write-amp/capsule-ec", label: "ECWrite/write-amp/capsule-ec/cpu", unit: "cpu-µs/IO", cost: true, decimals: 1})
 	// R8: the target's dispatch of 4 KiB commands, per command, beside
 	// the provider's own ping-pong; no allocation.
 	for _, prov := range []string{"iwarp", "shm"} {
@@ -198,12 +246,12 @@ func comparisons() []comparison {
 func render(w io.Writer, results map[string]result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "benchmark\tvalue\tbaseline\tvalue\tratio\tbar\tallocs/op")
-	num := func(r result, unit string) (float64, string) {
+	num := func(r result, unit string, decimals int) (float64, string) {
 		v, ok := r.median(unit)
 		if !ok {
 			return 0, "-"
 		}
-		return v, fmt.Sprintf("%.0f %s", v, unit)
+		return v, fmt.Sprintf("%.*f %s", decimals, v, unit)
 	}
 	verdict := func(ok bool, miss string) string {
 		if ok {
@@ -212,14 +260,14 @@ func render(w io.Writer, results map[string]result) error {
 		return miss
 	}
 	for _, c := range comparisons() {
-		v, vs := num(results[c.name], c.unit)
+		v, vs := num(results[c.name], c.unit, c.decimals)
 		bu := c.unit
 		if c.baseUnit != "" {
 			bu = c.baseUnit
 		}
 		bv, bs, base := 0.0, "", ""
 		if c.base != "" {
-			bv, bs = num(results[c.base], bu)
+			bv, bs = num(results[c.base], bu, c.decimals)
 			base = c.base
 			if c.baseLabel != "" {
 				base = c.baseLabel
@@ -250,6 +298,25 @@ func render(w io.Writer, results map[string]result) error {
 				}
 				bar += " " + verdict(d <= c.limitNS, "ABOVE")
 			}
+		case c.atMost > 0 || c.cost:
+			// A cost, at most a bound: value alone (a ratio already) or
+			// value over baseline.
+			q, times := v, ""
+			if c.base == "" {
+				ratio = ""
+			} else {
+				times = "×"
+				if ran {
+					q = v / bv
+					ratio = fmt.Sprintf("%.2f×", q)
+				}
+			}
+			if c.atMost > 0 {
+				bar = fmt.Sprintf("%s <= %.2f%s", c.id, c.atMost, times)
+				if ran {
+					bar += " " + verdict(q <= c.atMost, "ABOVE")
+				}
+			}
 		default:
 			q := 0.0
 			if ran {
@@ -266,7 +333,10 @@ func render(w io.Writer, results map[string]result) error {
 				}
 			}
 		}
-		av, allocs := num(results[c.name], "allocs/op")
+		if c.goal > 0 {
+			bar += fmt.Sprintf(" (goal %.2f)", c.goal)
+		}
+		av, allocs := num(results[c.name], "allocs/op", 0)
 		allocs = strings.TrimSuffix(allocs, " allocs/op")
 		if c.noAllocs {
 			bar = c.id + " 0 allocs"

@@ -217,3 +217,57 @@ func renderLines(t *testing.T, input string) map[string]string {
 	}
 	return lines
 }
+
+// ecSample is what scripts/ecwritebench.sh writes (COUNT=3 for the
+// random writes, one run for the rest): the ec namespace and the file
+// namespace through the bridge, and the plain file's fdatasync.
+const ecSample = `BenchmarkECWrite/randwrite-4KiB/capsule-ec 1 2296 IOPS 9.4 MB/s 602.7 cpu-µs/IO 513.8 target-µs/IO 88.9 bridge-µs/IO
+BenchmarkECWrite/randwrite-4KiB/capsule-ec 1 2670 IOPS 10.9 MB/s 540.8 cpu-µs/IO 462.5 target-µs/IO 78.3 bridge-µs/IO
+BenchmarkECWrite/randwrite-4KiB/capsule-ec 1 2108 IOPS 8.6 MB/s 554.9 cpu-µs/IO 479.7 target-µs/IO 75.2 bridge-µs/IO
+BenchmarkECWrite/randwrite-4KiB/capsule-file 1 28264 IOPS 115.8 MB/s 40.0 cpu-µs/IO 20.7 target-µs/IO 19.3 bridge-µs/IO
+BenchmarkECWrite/randwrite-4KiB/capsule-file 1 32982 IOPS 135.1 MB/s 36.5 cpu-µs/IO 17.9 target-µs/IO 18.6 bridge-µs/IO
+BenchmarkECWrite/randwrite-4KiB/capsule-file 1 10796 IOPS 44.2 MB/s 99.5 cpu-µs/IO 50.9 target-µs/IO 48.6 bridge-µs/IO
+BenchmarkECWrite/seqwrite-1MiB/capsule-ec 1 1000 IOPS 1048.6 MB/s 1704.6 cpu-µs/IO 1223.3 target-µs/IO 481.3 bridge-µs/IO
+BenchmarkECWrite/seqwrite-1MiB/capsule-file 1 1600 IOPS 1677.7 MB/s 730.8 cpu-µs/IO 278.0 target-µs/IO 452.8 bridge-µs/IO
+BenchmarkECWrite/randread-4KiB/capsule-ec 1 31981 IOPS 131.0 MB/s 35.9 cpu-µs/IO 18.6 target-µs/IO 17.3 bridge-µs/IO
+BenchmarkECWrite/randread-4KiB/capsule-file 1 35922 IOPS 147.1 MB/s 29.9 cpu-µs/IO 13.2 target-µs/IO 16.7 bridge-µs/IO
+BenchmarkECWrite/fua-4KiB/capsule-ec 1 600000 p50-ns 350000 write-p50-ns 250000 sync-p50-ns 1600 IOPS 90.0 cpu-µs/IO 80.0 target-µs/IO 10.0 bridge-µs/IO
+BenchmarkECWrite/fua-4KiB/capsule-file 1 869376 p50-ns 242688 write-p50-ns 626688 sync-p50-ns 1037 IOPS 828.9 cpu-µs/IO 506.0 target-µs/IO 322.9 bridge-µs/IO
+BenchmarkECWrite/fua-4KiB/plain-file 1 445728 p50-ns 5408 write-p50-ns 440320 sync-p50-ns 1393 IOPS
+BenchmarkECWrite/write-amp/capsule-ec 1 1.744 write-amp 1.741 wchar-amp 55 target-MB 31 fio-MB 2508 IOPS 536.9 cpu-µs/IO 460.2 target-µs/IO 76.7 bridge-µs/IO
+BenchmarkECWrite/space/capsule-ec 1 1.358 space-amp 2187 alloc-MB 1611 live-MB
+`
+
+func TestRenderECWrite(t *testing.T) {
+	lines := renderLines(t, ecSample)
+	// Medians: 2296 / 28264 = 0.08, below R7′'s 0.50, with its goal beside.
+	require.Regexp(t, `^ECWrite/randwrite-4KiB/capsule-ec\s+2296 IOPS\s+ECWrite/randwrite-4KiB/capsule-file\s+28264 IOPS\s+0\.08\s+R7′ >= 0\.50 BELOW \(goal 0\.80\)\s+-$`, lines["ECWrite/randwrite-4KiB/capsule-ec"])
+	// 1000 / 1600 = 0.62.
+	require.Regexp(t, `0\.62\s+R7′ >= 0\.55 ok\s+-$`, lines["ECWrite/seqwrite-1MiB/capsule-ec"])
+	// Reads: a ratio without a bar.
+	require.Regexp(t, `0\.89\s+-$`, lines["ECWrite/randread-4KiB/capsule-ec"])
+	// The amplifications are ratios already: no baseline, an upper bound.
+	require.Regexp(t, `^ECWrite/write-amp/capsule-ec\s+1\.74 write-amp\s+R7′ <= 2\.50 ok \(goal 1\.80\)\s+-$`, lines["ECWrite/write-amp/capsule-ec"])
+	require.Regexp(t, `^ECWrite/space/capsule-ec\s+1\.36 space-amp\s+R7′ <= 1\.30 ABOVE\s+-$`, lines["ECWrite/space/capsule-ec"])
+	// Latency as a multiple of the plain file's: 600000 / 445728 = 1.35.
+	require.Regexp(t, `^ECWrite/fua-4KiB/capsule-ec\s+600000 p50-ns\s+ECWrite/fua-4KiB/plain-file\s+445728 p50-ns\s+1\.35×\s+R7′ <= 1\.50× ok\s+-$`, lines["ECWrite/fua-4KiB/capsule-ec"])
+	require.Regexp(t, `1\.95×\s+-$`, lines["ECWrite/fua-4KiB/capsule-file"])
+	// CPU per I/O, ec as a multiple of file: medians 554.9 / 40.0.
+	require.Regexp(t, `^ECWrite/randwrite-4KiB/capsule-ec/cpu\s+554\.9 cpu-µs/IO\s+ECWrite/randwrite-4KiB/capsule-file/cpu\s+40\.0 cpu-µs/IO\s+13\.87×\s+-$`, lines["ECWrite/randwrite-4KiB/capsule-ec/cpu"])
+	// The plain file has no bridge: fua-4KiB's CPU row is ec against file.
+	require.Regexp(t, `90\.0 cpu-µs/IO.*828\.9 cpu-µs/IO\s+0\.11×`, lines["ECWrite/fua-4KiB/capsule-ec/cpu"])
+	// write-amp's CPU stands alone.
+	require.Regexp(t, `^ECWrite/write-amp/capsule-ec/cpu\s+536\.9 cpu-µs/IO\s+-$`, lines["ECWrite/write-amp/capsule-ec/cpu"])
+	// Nothing of the other benchmarks.
+	for name := range lines {
+		require.Regexp(t, `^(benchmark|ratios|ECWrite/)`, name)
+	}
+
+	// A cost above its bound: 700000 / 445728.
+	lines = renderLines(t, strings.ReplaceAll(ecSample, "600000 p50-ns", "700000 p50-ns"))
+	require.Regexp(t, `1\.57×\s+R7′ <= 1\.50× ABOVE`, lines["ECWrite/fua-4KiB/capsule-ec"])
+	// Only the plain file ran: "-" for ec, no verdict, no rows of the rest.
+	lines = renderLines(t, "BenchmarkECWrite/fua-4KiB/plain-file 1 445728 p50-ns 5408 write-p50-ns 440320 sync-p50-ns 1393 IOPS\n")
+	require.Regexp(t, `^ECWrite/fua-4KiB/capsule-ec\s+-\s+ECWrite/fua-4KiB/plain-file\s+445728 p50-ns\s+-\s+R7′ <= 1\.50×\s+-$`, lines["ECWrite/fua-4KiB/capsule-ec"])
+	require.NotContains(t, lines, "ECWrite/write-amp/capsule-ec")
+}
