@@ -157,19 +157,22 @@ iostat() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/io"; }
 nbdsh_dir="$(dirname "$(command -v nbdsh)")"
 flush() { PATH="$nbdsh_dir:$PATH" nbdsh -u "$1" -c 'h.flush()'; }
 
-# settle CMD...: runs CMD, which prints a number, every second until two
-# readings in a row agree (at the earliest after 2 s, at the latest after
-# 30 s), then prints the last reading and the seconds waited.
+# settle CMD...: runs CMD, which prints a number, every second until the
+# target is quiet: CMD's reading unchanged over a second in which the
+# target used under 5 % of a core (at the earliest after 2 s, at the
+# latest after 30 s). Prints the last reading and the seconds waited.
 settle() {
-	local prev cur waited=1
+	local prev cur c0 c1 waited=1
 	sleep 1
 	cur="$("$@")"
+	c1="$(cpu "$target_pid")"
 	while [ "$waited" -lt 30 ]; do
-		prev="$cur"
+		prev="$cur" c0="$c1"
 		sleep 1
 		waited=$((waited + 1))
 		cur="$("$@")"
-		[ "$cur" != "$prev" ] || break
+		c1="$(cpu "$target_pid")"
+		if [ "$cur" = "$prev" ] && [ $(((c1 - c0) * 20)) -lt "$tck" ]; then break; fi
 	done
 	echo "$cur $waited"
 }
@@ -286,7 +289,7 @@ write_amp() {
 		printf "%.3f %.3f %.1f %.1f %.1f %.0f %.0f", wb / n, wc / n, (t + b) * 1e6 / hz / ios, t * 1e6 / hz / ios, b * 1e6 / hz / ios, wb / 1e6, n / 1e6 }')"
 	local wa wca cpu_t cpu_tg cpu_b wb_mb fio_mb
 	read -r wa wca cpu_t cpu_tg cpu_b wb_mb fio_mb <<<"$line"
-	printf '   %-15s %-13s %.2f (target wrote %s MB for fio'"'"'s %s MB; wchar %.2f) %7.0f IOPS   cpu %.1f µs/IO, settled in %ss\n' \
+	printf '   %-15s %-13s %s (target wrote %s MB for fio'"'"'s %s MB; wchar %s) %7.0f IOPS   cpu %.1f µs/IO, settled in %ss\n' \
 		write-amp capsule-ec "$wa" "$wb_mb" "$fio_mb" "$wca" "$iops" "$cpu_t" "$waited"
 	echo "BenchmarkECWrite/write-amp/capsule-ec 1 $wa write-amp $wca wchar-amp $wb_mb target-MB $fio_mb fio-MB $iops IOPS $cpu_t cpu-µs/IO $cpu_tg target-µs/IO $cpu_b bridge-µs/IO" >>"$results"
 }
@@ -308,7 +311,7 @@ space() {
 	local line ratio alloc_mb live_mb
 	line="$(awk -v a="$a" -v s="$size_bytes" -v k="$k" -v m="$m" 'BEGIN { live = s * (k + m) / k; printf "%.3f %.0f %.0f", a / live, a / 1e6, live / 1e6 }')"
 	read -r ratio alloc_mb live_mb <<<"$line"
-	printf '   %-15s %-13s %.2f (%s MB allocated for %s MB of live data at %s; 3 passes of %s at %.0f MB/s), settled in %ss\n' \
+	printf '   %-15s %-13s %s (%s MB allocated for %s MB of live data at %s; 3 passes of %s at %.0f MB/s), settled in %ss\n' \
 		space capsule-ec "$ratio" "$alloc_mb" "$live_mb" "$geometry" "$space_bs" "$(awk -v b="$bw" 'BEGIN { print b / 1e6 }')" "$waited"
 	echo "BenchmarkECWrite/space/capsule-ec 1 $ratio space-amp $alloc_mb alloc-MB $live_mb live-MB" >>"$results"
 }
