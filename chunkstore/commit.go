@@ -9,6 +9,10 @@ import (
 // the roll-forward at Open examines at most that much.
 const resvBytes = 256 << 20
 
+// maxResv bounds the slots a checkpoint reserves (and the size of the
+// reservation record in every replica) for stores of small stripes.
+const maxResv = 1024
+
 // resvHead is how many slots of its reservation the log may use while a
 // checkpoint is being written.
 const resvHead = 2 * maxInflight

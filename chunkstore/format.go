@@ -104,6 +104,23 @@ func (id *identity) encode() []byte {
 }
 
 func decodeIdentity(b []byte) (identity, error) {
+	id, v, err := decodeIdentityAny(b)
+	if err == nil && v == formatV1 {
+		return id, ErrFormatV1
+	}
+	return id, err
+}
+
+// decodeIdentityAny decodes an identity record of either version.
+func decodeIdentityAny(b []byte) (identity, int, error) {
+	id, err := decodeIdentityBody(b)
+	if err != nil {
+		return id, 0, err
+	}
+	return id, int(le.Uint16(b[idOffVersion:])), nil
+}
+
+func decodeIdentityBody(b []byte) (identity, error) {
 	var id identity
 	if len(b) != identitySize {
 		return id, corruptf("identity record is %d bytes, want %d", len(b), identitySize)
@@ -114,9 +131,7 @@ func decodeIdentity(b []byte) (identity, error) {
 	if got, want := le.Uint32(b[idOffCRC:]), checksum(b[:idOffCRC]); got != want {
 		return id, corruptf("identity record checksum %#x, computed %#x", got, want)
 	}
-	if v := le.Uint16(b[idOffVersion:]); v == formatV1 {
-		return id, ErrFormatV1
-	} else if v != formatVersion {
+	if v := le.Uint16(b[idOffVersion:]); v != formatVersion && v != formatV1 {
 		return id, corruptf("identity record version %d, this build reads %d", v, formatVersion)
 	}
 	if n := le.Uint16(b[idOffLength:]); n != identitySize {

@@ -317,6 +317,11 @@ func copyMeta(dst, src *bolt.DB) (err error) {
 	defer recoverBolt(&err)
 	return src.View(func(stx *bolt.Tx) error {
 		return dst.Update(func(dtx *bolt.Tx) error {
+			if dtx.Bucket(bucketMapV1) != nil {
+				if err := dtx.DeleteBucket(bucketMapV1); err != nil {
+					return err
+				}
+			}
 			for _, name := range allBuckets {
 				if dtx.Bucket(name) != nil {
 					if err := dtx.DeleteBucket(name); err != nil {

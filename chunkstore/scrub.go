@@ -50,9 +50,10 @@ func (q *repairQueue) take() []uint64 {
 // stripeRef names a stripe to check: its slot, and the key and
 // generation it held when listed.
 type stripeRef struct {
-	slot uint64
-	key  stripeKey
-	gen  uint64
+	slot    uint64
+	key     stripeKey
+	gen     uint64
+	sectors int
 }
 
 // cursor is the rebuild cursor of a ref: slots are checked in order.
@@ -65,7 +66,7 @@ func (s *Store) stripeRefs() []stripeRef {
 	var refs []stripeRef
 	for p := range s.slots {
 		if si := &s.slots[p]; si.used && si.mem == nil {
-			refs = append(refs, stripeRef{slot: uint64(p), key: si.key, gen: si.ext.Gen})
+			refs = append(refs, stripeRef{slot: uint64(p), key: si.key, gen: si.ext.Gen, sectors: int(si.sectors)})
 		}
 	}
 	return refs
@@ -82,12 +83,13 @@ func (s *Store) refOf(slot uint64) (stripeRef, bool) {
 	if !si.used || si.mem != nil {
 		return stripeRef{}, false
 	}
-	return stripeRef{slot: slot, key: si.key, gen: si.ext.Gen}, true
+	return stripeRef{slot: slot, key: si.key, gen: si.ext.Gen, sectors: int(si.sectors)}, true
 }
 
 // lockStripe returns the stripe's current extent, holding the read gate
 // so that its slot is not freed and reused until unlock; ok is false if
-// the slot no longer holds that stripe. Stripes are never changed in
+// the slot no longer holds that stripe. Whoever holds the gate must not
+// take lmu (a reader holds lmu while it takes the gate). Stripes are never changed in
 // place except by repairs, which only rewrite bad shards with what they
 // should hold.
 func (s *Store) lockStripe(ref stripeRef) (ext extent, ok bool, unlock func()) {
@@ -106,27 +108,41 @@ func (s *Store) clearMissing(ref stripeRef, ext extent, mask uint64) {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
 	si := &s.slots[ref.slot]
-	if si.used && si.ext.Gen == ext.Gen && si.ext.Missing&mask != 0 {
+	if si.used && si.ext.Slot == ext.Slot && si.ext.Gen == ext.Gen && si.ext.Missing&mask != 0 {
 		si.ext.Missing &^= mask
 		s.dirtySlots[ref.slot] = struct{}{}
 	}
 }
 
-// problemOf describes a damaged stripe for a report.
-func (s *Store) problemOf(ref stripeRef) StripeProblem {
+// problemOf describes a damaged stripe for a report: the volume or chunk
+// whose sectors it holds, when that is one. The caller holds the gate.
+func (s *Store) problemOf(ref stripeRef, ext extent) StripeProblem {
 	p := StripeProblem{Slot: ref.slot, Index: ref.key.Index}
-	if ref.key.Owner == logOwner {
-		return p
+	owner := ref.key.Owner
+	if owner == logOwner {
+		runs, err := s.summaryOf(ref.key, ext, ref.sectors)
+		if err != nil || len(runs) == 0 {
+			p.Mixed = true
+			return p
+		}
+		for i := 1; i < len(runs); i++ {
+			if runs[i].Owner != runs[0].Owner || runs[i].LBA != runs[i-1].LBA+uint64(runs[i-1].N) {
+				p.Mixed = true
+				return p
+			}
+		}
+		owner = runs[0].Owner
+		p.Index = runs[0].LBA / uint64(s.capSectors())
 	}
 	s.volMu.RLock()
-	v := s.volByOwner[ref.key.Owner]
+	v := s.volByOwner[owner]
 	s.volMu.RUnlock()
 	if v != nil {
 		p.Volume = v.name
 		return p
 	}
 	s.chunks.mu.Lock()
-	p.Chunk = s.chunks.byOwner[ref.key.Owner]
+	p.Chunk = s.chunks.byOwner[owner]
 	s.chunks.mu.Unlock()
 	return p
 }
@@ -179,9 +195,15 @@ type StripeProblem struct {
 	// A stripe of the log holds sectors of any volumes and chunks; a
 	// stripe written by format version 1 (before Migrate) belongs to one
 	// volume or chunk, named here with its stripe index.
+	// Mixed: a log stripe that holds sectors of several volumes or chunks
+	// (or whose summary could not be read); Volume and Chunk are unset.
+	Mixed  bool
 	Volume string  // owning volume, or ""
-	Chunk  ChunkID // owning chunk, when Volume is "" and the stripe is not a log stripe
-	Index  uint64  // stripe index in the volume or chunk; the slot for a log stripe
+	Chunk  ChunkID // owning chunk, when Volume is "" and not Mixed
+	// Index is the stripe index in the volume or chunk: for a log stripe,
+	// the stripe-sized range of the volume or chunk where its sectors
+	// start.
+	Index uint64
 	// Devices holds the positions of the bad shards.
 	Devices []int
 	Err     error // set when unrecoverable
@@ -261,7 +283,7 @@ func (s *Store) scrubStripe(ref stripeRef, noRepair bool, rep *ScrubReport, fixe
 		return read
 	}
 	rep.Damaged++
-	prob := s.problemOf(ref)
+	prob := s.problemOf(ref, ext)
 	prob.Err = c.err
 	for i := range s.n {
 		if c.bad&(1<<i) != 0 {
@@ -347,11 +369,7 @@ func (s *Store) applyFixes(fixes []pendingFix, extra func()) error {
 		return nil
 	}
 	for _, f := range fixes {
-		ext, ok, unlock := s.lockStripe(f.ref)
-		if ok && ext.Slot == f.ext.Slot && ext.Gen == f.ext.Gen {
-			s.clearMissing(f.ref, ext, f.mask)
-		}
-		unlock()
+		s.clearMissing(f.ref, f.ext, f.mask)
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()

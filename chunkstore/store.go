@@ -391,7 +391,7 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 	s.codec = c
 	s.bufs.init(s.unit, s.geo.Data)
 	s.maxRuns = maxSummaryRuns(s.unit)
-	s.resvSize = min(max(resvBytes/s.stripeBytes(), 64), 16384)
+	s.resvSize = min(max(resvBytes/s.stripeBytes(), 64), maxResv)
 
 	st, err := s.openReplicas(ids, idErr, &soft)
 	if err != nil {

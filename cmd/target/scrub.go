@@ -259,11 +259,14 @@ func onlyOn(devs, set []int) bool {
 
 // describeProblem is one line about a damaged stripe.
 func describeProblem(p chunkstore.StripeProblem) string {
-	what := fmt.Sprintf("chunk %s", p.Chunk)
-	if p.Volume != "" {
-		what = fmt.Sprintf("volume %q", p.Volume)
+	what := fmt.Sprintf("chunk %s stripe %d", p.Chunk, p.Index)
+	switch {
+	case p.Mixed:
+		what = fmt.Sprintf("slot %d (a log stripe of several volumes and chunks)", p.Slot)
+	case p.Volume != "":
+		what = fmt.Sprintf("volume %q stripe %d", p.Volume, p.Index)
 	}
-	s := fmt.Sprintf("damaged: %s stripe %d, bad shards on devices %v", what, p.Index, slices.Sorted(slices.Values(p.Devices)))
+	s := fmt.Sprintf("damaged: %s, bad shards on devices %v", what, slices.Sorted(slices.Values(p.Devices)))
 	if p.Err != nil {
 		s += ": unrecoverable: " + p.Err.Error()
 	}
