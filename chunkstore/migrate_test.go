@@ -1,189 +1,132 @@
-package chunkstore
+package chunkstore_test
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
-	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/chunkstore/vfs"
+	"github.com/capsule-storage/capsule/internal/storetest"
 )
 
-// v1Pattern is testdata/v1-store.gen.go.txt's pattern: the bytes the
-// version 1 code wrote into the fixture.
-func v1Pattern(seed uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
+func osFS(dirs []string) []vfs.FS {
+	out := make([]vfs.FS, len(dirs))
+	for i, d := range dirs {
+		out[i] = vfs.NewOS(d)
 	}
-	return b
-}
-
-// untarV1 unpacks the version 1 fixture into a new directory and returns
-// its device directories.
-func untarV1(t testing.TB) []string {
-	t.Helper()
-	dir := t.TempDir()
-	f, err := os.Open("testdata/v1-store.tar.gz")
-	require.NoError(t, err)
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	require.NoError(t, err)
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		p := filepath.Join(dir, filepath.Clean(h.Name))
-		if h.Typeflag == tar.TypeDir {
-			require.NoError(t, os.MkdirAll(p, 0o755))
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(p, b, 0o644))
-	}
-	return DeviceDirs(dir, DefaultGeometry)
-}
-
-// v1Want is what the fixture's volume "vol" holds.
-func v1Want() []byte {
-	want := make([]byte, 256<<10)
-	copy(want, v1Pattern(1, 64<<10))
-	copy(want[6*16384+1000:], v1Pattern(2, 6000))
-	copy(want[200<<10:], v1Pattern(3, 4096))
-	return want
-}
-
-func verifyV1Content(t *testing.T, s *Store) {
-	t.Helper()
-	v, err := s.OpenVolume("vol")
-	require.NoError(t, err)
-	got := make([]byte, v.Size())
-	_, err = v.ReadAt(got, 0)
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(v1Want(), got), "volume vol reads back as the v1 code wrote it")
-	e, err := s.OpenVolume("empty")
-	require.NoError(t, err)
-	assert.EqualValues(t, 1<<20, e.Size())
-	for i, c := range []struct {
-		seed uint64
-		n    int
-	}{{4, 40000}, {5, 3000}} {
-		got, err := s.GetChunk(ChunkID{byte(i + 1)})
-		require.NoError(t, err)
-		require.True(t, bytes.Equal(v1Pattern(c.seed, c.n), got), "chunk %d", i+1)
-	}
+	return out
 }
 
 func TestMigrateV1(t *testing.T) {
-	dirs := untarV1(t)
-	_, err := OpenDirs(dirs)
-	require.ErrorIs(t, err, ErrFormatV1, "a v1 store is refused, never misread")
+	dirs := storetest.UntarV1(t, t.TempDir())
+	_, err := chunkstore.OpenDirs(dirs)
+	require.ErrorIs(t, err, chunkstore.ErrFormatV1, "a v1 store is refused, never misread")
 	assert.Contains(t, err.Error(), "bin/target migrate")
 
-	var steps []Progress
-	rep, err := MigrateDirs(dirs, MigrateOptions{Progress: func(p Progress) { steps = append(steps, p) }})
+	var steps []chunkstore.Progress
+	rep, err := chunkstore.MigrateDirs(dirs, chunkstore.MigrateOptions{Progress: func(p chunkstore.Progress) { steps = append(steps, p) }})
 	require.NoError(t, err)
 	assert.True(t, rep.Converted)
 	assert.Equal(t, 2, rep.Volumes)
 	assert.Equal(t, 2, rep.Chunks)
 	assert.Equal(t, 6, rep.Identities)
-	// 6 stripes of "vol" (0-3, 6, 12) and the chunks' 3 + 1.
-	assert.Equal(t, 10, rep.Stripes)
+	assert.Equal(t, storetest.V1Stripes, rep.Stripes)
 	require.Len(t, steps, 12)
 	assert.EqualValues(t, 12, steps[11].Done)
 
-	s, err := OpenDirs(dirs)
+	s, err := chunkstore.OpenDirs(dirs, chunkstore.WithOverProvision(0.05))
 	require.NoError(t, err)
-	verifyV1Content(t, s)
-	rs, err := s.Scrub(context.Background(), ScrubOptions{NoRepair: true})
+	storetest.VerifyV1(t, s)
+	rs, err := s.Scrub(context.Background(), chunkstore.ScrubOptions{NoRepair: true})
 	require.NoError(t, err)
-	assert.EqualValues(t, 10, rs.Checked)
+	assert.EqualValues(t, storetest.V1Stripes, rs.Checked)
 	assert.Zero(t, rs.Damaged)
 
-	// The converted store takes writes into its log and cleans the old
-	// stripes like any other: overwrite most of vol, then let the cleaner
-	// move what is left of the v1 stripes.
-	v, err := s.OpenVolume("vol")
-	require.NoError(t, err)
-	want := v1Want()
-	p := v1Pattern(9, 100<<10)
-	_, err = v.WriteAt(p, 10<<10)
-	require.NoError(t, err)
-	copy(want[10<<10:], p)
-	for slot := uint64(0); slot < 10; slot++ {
-		require.NoError(t, s.cleanSlot(slot))
-	}
-	s.lmu.Lock()
-	for p := range 10 {
-		assert.False(t, s.slots[p].used && s.slots[p].key.Owner != logOwner, "v1 stripe in slot %d was moved", p)
-	}
-	s.lmu.Unlock()
-	require.NoError(t, s.Close())
-	s, err = OpenDirs(dirs)
-	require.NoError(t, err)
-	got := make([]byte, len(want))
-	v, err = s.OpenVolume("vol")
-	require.NoError(t, err)
-	_, err = v.ReadAt(got, 0)
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(want, got))
-	for i, c := range []struct {
-		seed uint64
-		n    int
-	}{{4, 40000}, {5, 3000}} {
-		b, err := s.GetChunk(ChunkID{byte(i + 1)})
+	// The converted store writes to its log, and its cleaner (given
+	// little over-provisioning) moves what is left live in the v1 stripes
+	// like in any other: 4 KiB writes at random over both volumes.
+	vols := map[string][]byte{"vol": storetest.V1Vol(), "empty": make([]byte, 1<<20)}
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := range 3000 {
+		name := "vol"
+		if i%2 == 1 {
+			name = "empty"
+		}
+		v, err := s.OpenVolume(name)
 		require.NoError(t, err)
-		require.True(t, bytes.Equal(v1Pattern(c.seed, c.n), b))
+		off := r.IntN(len(vols[name])/4096) * 4096
+		p := storetest.V1Pattern(uint64(100+i), 4096)
+		_, err = v.WriteAt(p, int64(off))
+		require.NoError(t, err)
+		copy(vols[name][off:], p)
 	}
-	requireClean(t, s)
+	require.NoError(t, s.Sync())
+	require.Eventually(t, func() bool { return s.Stats().CleanerBytes > 0 }, 10*time.Second, 10*time.Millisecond)
+	st := s.Stats()
+	t.Logf("live %d, dead %d, cleaner moved %d, write amplification %.2f", st.LiveBytes, st.DeadBytes, st.CleanerBytes, st.WriteAmplification)
+	require.NoError(t, s.Close())
+
+	s, err = chunkstore.OpenDirs(dirs)
+	require.NoError(t, err)
+	for name, want := range vols {
+		v, err := s.OpenVolume(name)
+		require.NoError(t, err)
+		got := make([]byte, len(want))
+		_, err = v.ReadAt(got, 0)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(want, got), "volume %s", name)
+	}
+	for id, w := range storetest.V1Chunks() {
+		b, err := s.GetChunk(id)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(w, b))
+	}
+	rs, err = s.Scrub(context.Background(), chunkstore.ScrubOptions{NoRepair: true})
+	require.NoError(t, err)
+	assert.Zero(t, rs.Damaged)
 	require.NoError(t, s.Close())
 
 	// Migrating a version 2 store does nothing.
-	rep, err = MigrateDirs(dirs, MigrateOptions{})
+	rep, err = chunkstore.MigrateDirs(dirs, chunkstore.MigrateOptions{})
 	require.NoError(t, err)
 	assert.False(t, rep.Converted)
 	assert.Zero(t, rep.Identities)
 }
 
-// TestMigrateResumes: a migration cut after the metadata of some replicas
-// was converted, or after some identities were rewritten, leaves a store
-// that Open refuses and that Migrate finishes.
+// TestMigrateResumes: a migration cut after every replica was converted
+// and some identities were rewritten leaves a store that Open refuses and
+// that Migrate finishes.
 func TestMigrateResumes(t *testing.T) {
 	for _, failAt := range []int{0, 3, 5} {
-		dirs := untarV1(t)
-		devs := osDevices(dirs)
+		dirs := storetest.UntarV1(t, t.TempDir())
+		devs := osFS(dirs)
 		inj := vfs.NewInjectFS(devs[failAt])
 		devs[failAt] = inj
 		// The identity rewrite of device failAt fails: by then every
 		// replica is converted and the identities before it rewritten.
 		remove := inj.Inject(vfs.Rule{Ops: []vfs.Op{vfs.OpCreate}, Err: syscall.EIO})
-		_, err := Migrate(devs, MigrateOptions{})
+		_, err := chunkstore.Migrate(devs, chunkstore.MigrateOptions{})
 		require.Error(t, err)
 		remove()
-		_, err = Open(osDevices(dirs))
-		require.ErrorIs(t, err, ErrFormatV1, "failAt %d", failAt)
-		rep, err := Migrate(osDevices(dirs), MigrateOptions{})
+		_, err = chunkstore.Open(osFS(dirs))
+		require.ErrorIs(t, err, chunkstore.ErrFormatV1, "failAt %d", failAt)
+		rep, err := chunkstore.Migrate(osFS(dirs), chunkstore.MigrateOptions{})
 		require.NoError(t, err)
 		assert.False(t, rep.Converted, "the metadata was converted by the first run")
 		assert.Equal(t, 6-failAt, rep.Identities)
-		s, err := Open(osDevices(dirs))
+		s, err := chunkstore.Open(osFS(dirs))
 		require.NoError(t, err)
-		verifyV1Content(t, s)
-		requireClean(t, s)
+		storetest.VerifyV1(t, s)
+		rs, err := s.Scrub(context.Background(), chunkstore.ScrubOptions{NoRepair: true})
+		require.NoError(t, err)
+		assert.Zero(t, rs.Damaged)
 		require.NoError(t, s.Close())
 	}
 }

@@ -53,6 +53,7 @@ type counters struct {
 	shardChecksum, shardHeader    atomic.Int64
 	shardsRepaired                atomic.Int64
 	autoCommits                   atomic.Int64
+	deviceBytes                   atomic.Int64 // header regions and payloads written
 }
 
 // Stats are counts since Open.
@@ -75,15 +76,33 @@ type Stats struct {
 	ShardsRepaired int64
 	// RepairQueue is the number of stripes waiting for RepairQueued.
 	RepairQueue int
-	// AutoCommits counts the commits made in the background to reclaim
-	// released slots (WithAutoCommit).
+	// AutoCommits counts the checkpoints made in the background (log
+	// reservation half used, released slots waiting, or a timer).
 	AutoCommits int64
+
+	// The log and its cleaner.
+	LiveBytes int64 // data the maps point at
+	// DeadBytes is the space in slots holding stripes that no map points
+	// at any more (overwritten, discarded, or the unused tail of a short
+	// stripe): what the cleaner can reclaim, in data bytes.
+	DeadBytes    int64
+	SlotsUsed    int64 // slots holding a stripe
+	SlotsFree    int64 // slots below the high-water mark holding none
+	StripesOpen  int   // log stripes in memory: open, or being written
+	CleanerBytes int64 // data the cleaner moved since Open
+	HostBytes    int64 // data written by callers since Open (whole sectors)
+	// DeviceBytes counts what went to the shard files since Open: header
+	// regions, data and parity, the cleaner's moves and repairs.
+	DeviceBytes int64
+	// WriteAmplification is DeviceBytes / HostBytes (0 before any write);
+	// the metadata replicas' own writes are not in it.
+	WriteAmplification float64
 }
 
 // Stats returns the event counters.
 func (s *Store) Stats() Stats {
 	c := &s.stats
-	return Stats{
+	st := Stats{
 		StripesWritten:   c.stripesWritten.Load(),
 		StripesRead:      c.stripesRead.Load(),
 		DegradedWrites:   c.degradedWrites.Load(),
@@ -96,7 +115,31 @@ func (s *Store) Stats() Stats {
 		ShardsRepaired:   c.shardsRepaired.Load(),
 		RepairQueue:      s.repair.len(),
 		AutoCommits:      c.autoCommits.Load(),
+		DeviceBytes:      c.deviceBytes.Load(),
 	}
+	s.lmu.Lock()
+	st.LiveBytes = s.liveTotal * SectorSize
+	st.SlotsUsed = s.dataSlots
+	st.DeadBytes = s.dataSlots*int64(s.capSectors())*SectorSize - st.LiveBytes
+	high := int64(0)
+	for p := len(s.slots) - 1; p >= 0; p-- {
+		if s.slots[p].used {
+			high = int64(p) + 1
+			break
+		}
+	}
+	st.SlotsFree = high - s.dataSlots
+	st.StripesOpen = len(s.unwritten) + len(s.failed)
+	if s.open != nil {
+		st.StripesOpen++
+	}
+	st.CleanerBytes = s.cleaned * SectorSize
+	st.HostBytes = s.hostSecs * SectorSize
+	s.lmu.Unlock()
+	if st.HostBytes > 0 {
+		st.WriteAmplification = float64(st.DeviceBytes) / float64(st.HostBytes)
+	}
+	return st
 }
 
 // shardFault classifies why a shard could not be used.
@@ -282,7 +325,8 @@ func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, sh
 			return nil
 		}
 		d.writes.Add(1)
-		_, err := f.data.WriteAtv(iov, s.slotOffset(runStart))
+		n, err := f.data.WriteAtv(iov, s.slotOffset(runStart))
+		s.stats.deviceBytes.Add(int64(n))
 		iov = iov[:0]
 		if err != nil {
 			d.errs.Add(1)
@@ -331,7 +375,9 @@ func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, pa
 	defer s.bufs.putHdr(h)
 	s.encodeShardHeader(h, key, slot, gen, i, payload, summary)
 	d.writes.Add(1)
-	if _, err := f.data.WriteAtv([][]byte{h.b[:], payload}, s.slotOffset(slot)); err != nil {
+	n, err := f.data.WriteAtv([][]byte{h.b[:], payload}, s.slotOffset(slot))
+	s.stats.deviceBytes.Add(int64(n))
+	if err != nil {
 		d.errs.Add(1)
 		return err
 	}

@@ -45,7 +45,7 @@ func newApp() *cli.App {
 			}
 			return serve(c.Context, c.App.Writer, defaultServeConfig())
 		},
-		Commands: []*cli.Command{serveCommand(serve), perfCommand(), scrubCommand(), repairCommand()},
+		Commands: []*cli.Command{serveCommand(serve), perfCommand(), scrubCommand(), repairCommand(), migrateCommand()},
 	}
 }
 

@@ -250,6 +250,7 @@ func checkReplacement(dir string) error {
 type progressDisplay struct {
 	w     io.Writer
 	label string // "repair: device 2"
+	units string // what Progress counts: "stripes" unless set
 	tty   bool
 
 	bar      *progressbar.ProgressBar // on a terminal, from the first update
@@ -259,7 +260,7 @@ type progressDisplay struct {
 
 func newProgressDisplay(w io.Writer, label string) *progressDisplay {
 	f, ok := w.(*os.File)
-	return &progressDisplay{w: w, label: label, tty: ok && term.IsTerminal(int(f.Fd())), lastPct: -1}
+	return &progressDisplay{w: w, label: label, units: "stripes", tty: ok && term.IsTerminal(int(f.Fd())), lastPct: -1}
 }
 
 // update is a chunkstore Progress callback.
@@ -272,7 +273,7 @@ func (d *progressDisplay) update(p chunkstore.Progress) {
 			d.bar = progressbar.NewOptions64(p.Stripes,
 				progressbar.OptionSetWriter(d.w),
 				progressbar.OptionSetDescription(d.label),
-				progressbar.OptionSetItsString("stripes"),
+				progressbar.OptionSetItsString(d.units),
 				progressbar.OptionShowCount(),
 				progressbar.OptionShowIts(),
 				progressbar.OptionSetPredictTime(true),
@@ -293,7 +294,7 @@ func (d *progressDisplay) update(p chunkstore.Progress) {
 }
 
 func (d *progressDisplay) line(p chunkstore.Progress, pct int64) {
-	fmt.Fprintf(d.w, "%s: %d/%d stripes (%d%%), %s read\n", d.label, p.Done, p.Stripes, pct, formatBytes(p.Bytes))
+	fmt.Fprintf(d.w, "%s: %d/%d %s (%d%%), %s read\n", d.label, p.Done, p.Stripes, d.units, pct, formatBytes(p.Bytes))
 	d.lastPct, d.lastLine = pct, time.Now()
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -139,6 +140,9 @@ func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
 	s, err := chunkstore.OpenDirs(dirs, opts...)
 	if err == nil {
 		return s, nil
+	}
+	if errors.Is(err, chunkstore.ErrFormatV1) {
+		return nil, formatV1Error(filepath.Dir(dirs[0]))
 	}
 	var hint string
 	switch {

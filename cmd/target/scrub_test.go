@@ -35,7 +35,7 @@ func storeApp(stdout, stderr io.Writer) *cli.App {
 		Name:      "target",
 		Writer:    stdout,
 		ErrWriter: stderr,
-		Commands:  []*cli.Command{scrubCommand(), repairCommand()},
+		Commands:  []*cli.Command{scrubCommand(), repairCommand(), migrateCommand()},
 		// The exit status is read from the returned error; the default
 		// handler would exit the test binary.
 		ExitErrHandler: func(*cli.Context, error) {},

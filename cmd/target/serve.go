@@ -502,6 +502,9 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 func openServeStore(cfg serveConfig, log *slog.Logger) (*chunkstore.Store, error) {
 	dirs := cfg.storeDirs()
 	s, err := chunkstore.OpenOrCreateDirs(dirs, chunkstore.WithGeometry(cfg.Geometry), chunkstore.WithLogger(log))
+	if errors.Is(err, chunkstore.ErrFormatV1) {
+		return nil, formatV1Error(cfg.DataDir)
+	}
 	if err != nil {
 		var hint string
 		switch {
