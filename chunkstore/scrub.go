@@ -125,14 +125,16 @@ func (s *Store) problemOf(ref stripeRef, ext extent) StripeProblem {
 			p.Mixed = true
 			return p
 		}
-		for i := 1; i < len(runs); i++ {
-			if runs[i].Owner != runs[0].Owner || runs[i].LBA != runs[i-1].LBA+uint64(runs[i-1].N) {
+		first := runs[0].LBA
+		for _, r := range runs[1:] {
+			if r.Owner != runs[0].Owner {
 				p.Mixed = true
 				return p
 			}
+			first = min(first, r.LBA)
 		}
 		owner = runs[0].Owner
-		p.Index = runs[0].LBA / uint64(s.capSectors())
+		p.Index = first / uint64(s.capSectors())
 	}
 	s.volMu.RLock()
 	v := s.volByOwner[owner]
@@ -197,12 +199,14 @@ type StripeProblem struct {
 	// volume or chunk, named here with its stripe index.
 	// Mixed: a log stripe that holds sectors of several volumes or chunks
 	// (or whose summary could not be read); Volume and Chunk are unset.
+	// The log writes sectors in the order they come, so a stripe of one
+	// volume may hold several ranges of it.
 	Mixed  bool
 	Volume string  // owning volume, or ""
 	Chunk  ChunkID // owning chunk, when Volume is "" and not Mixed
 	// Index is the stripe index in the volume or chunk: for a log stripe,
-	// the stripe-sized range of the volume or chunk where its sectors
-	// start.
+	// the stripe-sized range of the volume or chunk that holds its first
+	// sector.
 	Index uint64
 	// Devices holds the positions of the bad shards.
 	Devices []int
