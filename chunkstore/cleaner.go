@@ -25,7 +25,9 @@ const cleanBatch = 16
 // they hold more than (1 + 2f) × (default DefaultOverProvision). A larger
 // f means less cleaning (lower write amplification) and larger shard
 // files.
-func WithOverProvision(f float64) Option { return func(o *options) { o.overprov, o.overprovSet = f, true } }
+func WithOverProvision(f float64) Option {
+	return func(o *options) { o.overprov, o.overprovSet = f, true }
+}
 
 // cleanLevel says how far the slots in use exceed the live data: 0
 // within the over-provisioning, 1 past it (clean), 2 past twice it

@@ -197,14 +197,14 @@ func sectorsOf(length int) int { return (length + SectorSize - 1) / SectorSize }
 type shardHeader struct {
 	Version int
 	Store   uuid.UUID
-	Owner  uint64
-	Index  uint64
-	Slot   uint64
-	Gen    uint64
-	Shard  int
-	Geo    Geometry
-	Length int
-	CRCs   []uint32 // one per sector of the payload
+	Owner   uint64
+	Index   uint64
+	Slot    uint64
+	Gen     uint64
+	Shard   int
+	Geo     Geometry
+	Length  int
+	CRCs    []uint32 // one per sector of the payload
 }
 
 // marshalInto encodes h into b, which must hold shardHeaderSize(h.Length)

@@ -17,8 +17,8 @@ type bufferPool struct {
 	unit    int
 	stripes sync.Pool // *[]byte of K × unit bytes: log stripes
 	shards  sync.Pool // *[]byte of unit bytes
-	hdrs   sync.Pool // *hdrBuf
-	reads  sync.Pool // *readScratch
+	hdrs    sync.Pool // *hdrBuf
+	reads   sync.Pool // *readScratch
 }
 
 type hdrBuf struct {
@@ -37,12 +37,12 @@ func (p *bufferPool) init(unit, k int) {
 	p.reads.New = func() any { return new(readScratch) }
 }
 
-func (p *bufferPool) stripe() *[]byte      { return p.stripes.Get().(*[]byte) }
+func (p *bufferPool) stripe() *[]byte     { return p.stripes.Get().(*[]byte) }
 func (p *bufferPool) putStripe(b *[]byte) { p.stripes.Put(b) }
-func (p *bufferPool) shard() *[]byte     { return p.shards.Get().(*[]byte) }
-func (p *bufferPool) putShard(b *[]byte) { p.shards.Put(b) }
-func (p *bufferPool) hdr() *hdrBuf       { return p.hdrs.Get().(*hdrBuf) }
-func (p *bufferPool) putHdr(h *hdrBuf)   { p.hdrs.Put(h) }
+func (p *bufferPool) shard() *[]byte      { return p.shards.Get().(*[]byte) }
+func (p *bufferPool) putShard(b *[]byte)  { p.shards.Put(b) }
+func (p *bufferPool) hdr() *hdrBuf        { return p.hdrs.Get().(*hdrBuf) }
+func (p *bufferPool) putHdr(h *hdrBuf)    { p.hdrs.Put(h) }
 
 // counters are the store's event counts (Stats).
 type counters struct {
