@@ -135,7 +135,6 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 			b.devices[pos] = r
 		}
 	}
-	chunkIDs := s.chunks.takeDirty(b)
 
 	// 1. The snapshot.
 	type pageKeyOf struct{ owner, page uint64 }
@@ -200,6 +199,9 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	b.super.LogGen = s.gen.Load()
 	ckptNeeded := s.ckptNeeded
 	s.ckptNeeded = false
+	// After the flag is cleared, under lmu: a chunk record swapped in
+	// later sets it again (PutChunk, DeleteChunk).
+	chunkIDs := s.chunks.takeDirty(b)
 	s.lmu.Unlock()
 	if extra != nil {
 		extra(b)

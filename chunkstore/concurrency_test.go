@@ -17,7 +17,7 @@ import (
 func TestConcurrentUse(t *testing.T) {
 	g := DefaultGeometry
 	td := newTestDevices(t, g.Devices())
-	s := mustCreate(t, td, testOpts(g, 4096, WithWriteCache(4))...)
+	s := mustCreate(t, td, testOpts(g, 4096, WithOverProvision(0.1))...)
 	const writers, region = 3, 256 << 10
 	v, err := s.CreateVolume("vol", writers*region)
 	require.NoError(t, err)

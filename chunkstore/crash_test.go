@@ -235,31 +235,42 @@ func runCrash(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0xc0ffee))
 	geos := []Geometry{{4, 2}, {2, 1}, {4, 2}, {1, 0}, {3, 2}}
 	g := geos[seed%uint64(len(geos))]
-	cache := []int{DefaultWriteCache, 0, 2}[r.IntN(3)]
 	unit := 4096 * (1 + r.IntN(2))
-	// Background commits (and writers committing for themselves) land
-	// between the workload's operations at times of their own.
+	// Background checkpoints (and writers checkpointing for themselves)
+	// land between the workload's operations at times of their own; with
+	// little over-provisioning the cleaner moves data all the time, so
+	// crashes land inside its moves too.
 	autoCommit := []int{0, 2, 16}[r.IntN(3)]
+	overprov := []float64{0.05, 0.3, DefaultOverProvision}[r.IntN(3)]
 	td := newTestDevices(t, g.Devices())
-	opts := testOpts(g, unit, WithWriteCache(cache), WithAutoCommit(autoCommit))
+	opts := testOpts(g, unit, WithAutoCommit(autoCommit), WithOverProvision(overprov))
 	s := mustCreate(t, td, opts...)
 	blocks := (g.Data*unit*12 + 3*crashBlock) / crashBlock
 	v, err := s.CreateVolume("vol", int64(blocks*crashBlock))
 	require.NoError(t, err)
+	fv, err := s.CreateVolume("fua", int64(fuaBlocks*crashBlock))
+	require.NoError(t, err)
 	m := newBlockModel(blocks)
+	fm := newBlockModel(fuaBlocks)
 	cm := newChunkModel()
 
-	// Some durable history first, then a crash somewhere in more work.
+	// Some durable history first, then a crash somewhere in more work,
+	// while two writers make FUA writes to the other volume at once, so
+	// that crashes also land inside group commits.
 	require.NoError(t, crashWorkload(r, v, m, cm, 15))
 	require.NoError(t, v.Sync())
 	m.synced()
 	cm.synced()
 	td.clock.CrashAfter(r.Int64N(700))
+	fuaDone := startFUAWriters(seed, fv, fm)
 	err = crashWorkload(r, v, m, cm, 60)
 	if err == nil {
 		td.clock.Crash()
 	} else {
 		require.True(t, errors.Is(err, vfs.ErrCrashed) || errors.Is(err, ErrTooManyFailures), "workload failed for another reason: %v", err)
+	}
+	for _, err := range fuaDone() {
+		require.True(t, err == nil || errors.Is(err, vfs.ErrCrashed) || errors.Is(err, ErrTooManyFailures), "FUA writer failed for another reason: %v", err)
 	}
 	_ = s.Close()
 	td.crash()
@@ -268,6 +279,9 @@ func runCrash(t *testing.T, seed uint64) {
 	v, err = s.OpenVolume("vol")
 	require.NoError(t, err)
 	m.check(t, v)
+	fv, err = s.OpenVolume("fua")
+	require.NoError(t, err)
+	fm.check(t, fv)
 	cm.check(t, s)
 	requireClean(t, s)
 
@@ -284,6 +298,46 @@ func runCrash(t *testing.T, seed uint64) {
 	cm.check(t, s)
 	requireClean(t, s)
 	require.NoError(t, s.Close())
+}
+
+// fuaBlocks is the size of the crash test's FUA volume, in blocks: half
+// for each of its two writers.
+const fuaBlocks = 256
+
+// startFUAWriters starts two goroutines that write the volume with FUA
+// (each its own half, so that each keeps its own blocks of the model),
+// until the devices crash or each has made 40 writes. The returned
+// function waits for them and returns their errors.
+func startFUAWriters(seed uint64, v *Volume, m *blockModel) func() []error {
+	errs := make([]error, 2)
+	done := make(chan struct{}, 2)
+	for w := range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			half := fuaBlocks / 2
+			for i := range 40 {
+				first := w*half + r.IntN(half-8)
+				count := 1 + r.IntN(8)
+				ver := uint32(w+1)<<24 | uint32(i+1)
+				p := make([]byte, 0, count*crashBlock)
+				for b := first; b < first+count; b++ {
+					p = append(p, blockContent(ver, b)...)
+				}
+				if _, err := v.WriteAtFlags(p, int64(first)*crashBlock, FUA); err != nil {
+					m.write(first, count, ver) // it may have reached the disk
+					errs[w] = err
+					return
+				}
+				m.fua(first, count, ver)
+			}
+		}()
+	}
+	return func() []error {
+		<-done
+		<-done
+		return errs
+	}
 }
 
 // TestCrashDuringRebuild crashes a rebuild at a random point: after the

@@ -111,10 +111,12 @@ func mustOpen(t testing.TB, td *testDevices, opts ...Option) *Store {
 	return s
 }
 
-// requireClean checks that every stripe verifies: headers, sector
-// checksums, and parity against data.
+// requireClean checks that every stripe verifies (headers, sector
+// checksums, and parity against data) and that the maps agree with the
+// stripes' summaries.
 func requireClean(t testing.TB, s *Store) {
 	t.Helper()
+	require.NoError(t, s.checkMap())
 	rep, err := s.Scrub(context.Background(), ScrubOptions{NoRepair: true})
 	require.NoError(t, err)
 	require.Zero(t, rep.Damaged, "damaged stripes: %+v", rep.Problems)

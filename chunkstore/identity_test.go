@@ -38,7 +38,7 @@ func TestParseGeometry(t *testing.T) {
 
 func TestOptionsValidate(t *testing.T) {
 	td := newTestDevices(t, 6)
-	for _, o := range []Option{WithStripeUnit(1000), WithStripeUnit(2 << 20), WithWriteCache(-1), WithGeometry(Geometry{0, 1})} {
+	for _, o := range []Option{WithStripeUnit(1000), WithStripeUnit(2 << 20), WithOverProvision(-1), WithGeometry(Geometry{0, 1})} {
 		_, err := Create(td.fs(), o)
 		assert.Error(t, err)
 	}

@@ -25,10 +25,6 @@ import (
 // measurement behind it).
 const DefaultStripeUnit = 64 << 10
 
-// DefaultWriteCache is the number of partially written stripes a volume
-// keeps in memory before writing them out.
-const DefaultWriteCache = 64
-
 // DefaultAutoCommit is how many released slots wait for a commit before
 // the store commits in the background (WithAutoCommit).
 const DefaultAutoCommit = 1024
@@ -45,7 +41,6 @@ type options struct {
 	geoSet  bool
 	unit    int
 	unitSet bool
-	cache   int
 	commit  int // WithAutoCommit
 	logger  *slog.Logger
 
@@ -62,10 +57,6 @@ func WithGeometry(g Geometry) Option { return func(o *options) { o.geo, o.geoSet
 // units of data. Open checks it like WithGeometry.
 func WithStripeUnit(n int) Option { return func(o *options) { o.unit, o.unitSet = n, true } }
 
-// WithWriteCache sets how many partially written stripes each volume keeps
-// in memory (default 64). 0 writes every partial stripe at once.
-func WithWriteCache(stripes int) Option { return func(o *options) { o.cache = stripes } }
-
 // WithAutoCommit sets how many slots, released by overwrites, discards
 // and chunk deletes, may wait for a commit before the store commits in the
 // background (default DefaultAutoCommit; 0 leaves it to Sync). A released
@@ -79,7 +70,7 @@ func WithAutoCommit(slots int) Option { return func(o *options) { o.commit = slo
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, cache: DefaultWriteCache, commit: DefaultAutoCommit, overprov: DefaultOverProvision}
+	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, commit: DefaultAutoCommit, overprov: DefaultOverProvision}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -91,9 +82,6 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if err := validUnit(o.unit); err != nil {
 		return o, err
-	}
-	if o.cache < 0 {
-		return o, fmt.Errorf("%w: write cache of %d stripes", ErrInvalidOption, o.cache)
 	}
 	if o.commit < 0 {
 		return o, fmt.Errorf("%w: auto-commit after %d slots", ErrInvalidOption, o.commit)
@@ -411,6 +399,11 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 	// a crash left with some shards bad are repaired at once, so the
 	// store opens with every stripe's parity consistent.
 	replayed := s.replay(st.resv, st.super.LogGen)
+	if invariants {
+		if err := s.checkMap(); err != nil {
+			panic(fmt.Sprintf("chunkstore: after the roll-forward: %v", err))
+		}
+	}
 	if s.repair.len() > 0 {
 		if _, err := s.RepairQueued(context.Background(), ScrubOptions{}); err != nil {
 			s.log.Warn("chunkstore: repairing stripes the crash cut", "err", err)
@@ -636,10 +629,16 @@ func (s *Store) load(st *metaState) {
 		}
 		s.log.Error("chunkstore: metadata names some slots twice or not at all", "slots", shared)
 	}
-	// Slots that hold nothing live any more (their last sectors were
-	// overwritten in the log after the checkpoint) are released by the
-	// roll-forward; the queue of reserved slots starts as the checkpoint
-	// left it.
+	// A checkpoint records every stripe written before its snapshot, also
+	// one whose every sector was rewritten while it was being written:
+	// such a slot holds nothing live and is released now (the roll-forward
+	// releases those whose last sectors it rewrites). The queue of
+	// reserved slots starts as the checkpoint left it.
+	for p := range s.slots {
+		if s.slots[p].used && s.slots[p].live == 0 {
+			s.releaseSlotLocked(uint64(p))
+		}
+	}
 	s.resv = append([]uint64(nil), st.resv...)
 	s.repair.init()
 }

@@ -14,17 +14,18 @@ import (
 
 // reportConfig is what TestReport measures, from the environment.
 type reportConfig struct {
-	dir            string  // MAPDBBENCH_DIR: where the replicas go (a real disk)
-	kinds          []Kind  // MAPDBBENCH_DBS: bbolt,pebble
-	seqPages       int     // MAPDBBENCH_SEQ_PAGES: N of the sequential layout
-	randPages      int     // MAPDBBENCH_RAND_PAGES: N of the random layout
-	batchSizes     []int   // MAPDBBENCH_BATCHES: checkpoint sizes B
-	replicas       []int   // replica counts of the checkpoint workload
-	steadyBatches  int     // MAPDBBENCH_STEADY: batches of the steady state
-	steadyB        int     // pages per steady-state batch
-	steadyReplicas int     // MAPDBBENCH_STEADY_REPLICAS
-	out            string  // MAPDBBENCH_OUT: also write the tables there
-	scale          float64 // MAPDBBENCH_QUICK shrinks everything
+	dir            string   // MAPDBBENCH_DIR: where the replicas go (a real disk)
+	kinds          []Kind   // MAPDBBENCH_DBS: bbolt,pebble
+	layouts        []Layout // MAPDBBENCH_LAYOUTS: sequential,random
+	seqPages       int      // MAPDBBENCH_SEQ_PAGES: N of the sequential layout
+	randPages      int      // MAPDBBENCH_RAND_PAGES: N of the random layout
+	batchSizes     []int    // MAPDBBENCH_BATCHES: checkpoint sizes B
+	replicas       []int    // replica counts of the checkpoint workload
+	steadyBatches  int      // MAPDBBENCH_STEADY: batches of the steady state
+	steadyB        int      // pages per steady-state batch
+	steadyReplicas int      // MAPDBBENCH_STEADY_REPLICAS
+	out            string   // MAPDBBENCH_OUT: also write the tables there
+	// MAPDBBENCH_QUICK shrinks everything, to check the harness.
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -48,7 +49,7 @@ func loadConfig(t *testing.T) reportConfig {
 		replicas:       []int{1, 6},
 		steadyBatches:  200,
 		steadyB:        8192,
-		steadyReplicas: 6,
+		steadyReplicas: 1,
 		out:            os.Getenv("MAPDBBENCH_OUT"),
 	}
 	if c.dir == "" {
@@ -63,7 +64,9 @@ func loadConfig(t *testing.T) reportConfig {
 	c.randPages = envInt(t, "MAPDBBENCH_RAND_PAGES", c.randPages)
 	c.steadyBatches = envInt(t, "MAPDBBENCH_STEADY", c.steadyBatches)
 	c.steadyReplicas = envInt(t, "MAPDBBENCH_STEADY_REPLICAS", c.steadyReplicas)
-	if v := os.Getenv("MAPDBBENCH_BATCHES"); v != "" {
+	if v := os.Getenv("MAPDBBENCH_BATCHES"); v == "none" {
+		c.batchSizes = nil
+	} else if v != "" {
 		c.batchSizes = nil
 		for f := range strings.SplitSeq(v, ",") {
 			n, err := strconv.Atoi(f)
@@ -71,6 +74,20 @@ func loadConfig(t *testing.T) reportConfig {
 				t.Fatalf("MAPDBBENCH_BATCHES=%q: want positive integers separated by commas", v)
 			}
 			c.batchSizes = append(c.batchSizes, n)
+		}
+	}
+	layouts := os.Getenv("MAPDBBENCH_LAYOUTS")
+	if layouts == "" {
+		layouts = "sequential,random"
+	}
+	for l := range strings.SplitSeq(layouts, ",") {
+		switch l {
+		case "sequential":
+			c.layouts = append(c.layouts, Sequential)
+		case "random":
+			c.layouts = append(c.layouts, Random)
+		default:
+			t.Fatalf("MAPDBBENCH_LAYOUTS=%q: want sequential and/or random", layouts)
 		}
 	}
 	kinds := os.Getenv("MAPDBBENCH_DBS")
@@ -146,7 +163,9 @@ func TestReport(t *testing.T) {
 	)
 	maxReplicas := max(c.steadyReplicas, c.replicas[len(c.replicas)-1])
 	start := time.Now()
-	for _, layout := range []Layout{Sequential, Random} {
+	busy0, _ := procStat()
+	cpu0 := CPUTime()
+	for _, layout := range c.layouts {
 		n := c.seqPages
 		if layout == Random {
 			n = c.randPages
@@ -250,7 +269,10 @@ func TestReport(t *testing.T) {
 		}
 	}
 	os.Remove(c.dir) // only if empty
-	t.Logf("total %v", time.Since(start).Round(time.Second))
+	wall := time.Since(start)
+	busy1, _ := procStat()
+	other := (busy1 - busy0 - (CPUTime() - cpu0).Seconds()) / wall.Seconds()
+	t.Logf("total %v; other processes and kernel threads used %.2f of the %d CPUs on average meanwhile", wall.Round(time.Second), other, runtime.NumCPU())
 
 	w := io.Writer(os.Stdout)
 	if c.out != "" {
@@ -261,30 +283,34 @@ func TestReport(t *testing.T) {
 		defer f.Close()
 		w = io.MultiWriter(os.Stdout, f)
 	}
+	fmt.Fprintf(w, "\nRun: %v on %d CPUs; other processes and kernel threads (I/O completion included) used %.2f CPUs on average meanwhile (%.0f%% busy before the run).\n",
+		wall.Round(time.Second), runtime.NumCPU(), other, 100*busy)
 	printReport(w, c, cps, steady, loads)
 }
 
-// cpuBusy is the fraction of the machine's CPU time (all processes) not
-// idle over d, from /proc/stat.
-func cpuBusy(d time.Duration) float64 {
-	read := func() (busy, total float64) {
-		b, err := os.ReadFile("/proc/stat")
-		if err != nil {
-			return 0, 0
-		}
-		line, _, _ := strings.Cut(string(b), "\n")
-		for i, f := range strings.Fields(line)[1:] {
-			v, _ := strconv.ParseFloat(f, 64)
-			total += v
-			if i != 3 && i != 4 { // idle, iowait
-				busy += v
-			}
-		}
-		return busy, total
+// procStat reads the machine's busy and total CPU time (all CPUs, all
+// processes) from /proc/stat, in seconds (USER_HZ is 100 on Linux).
+func procStat() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
 	}
-	b0, t0 := read()
+	line, _, _ := strings.Cut(string(b), "\n")
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		total += v / 100
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v / 100
+		}
+	}
+	return busy, total
+}
+
+// cpuBusy is the fraction of the machine's CPU time not idle over d.
+func cpuBusy(d time.Duration) float64 {
+	b0, t0 := procStat()
 	time.Sleep(d)
-	b1, t1 := read()
+	b1, t1 := procStat()
 	if t1 <= t0 {
 		return 0
 	}
