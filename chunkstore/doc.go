@@ -1,15 +1,16 @@
 // Package chunkstore is capsule's durable storage: an erasure-coded,
 // checksummed, crash-safe store on K+M devices, holding thin-provisioned
 // block volumes (what NVMe namespaces sit on) and chunks (the file
-// service's data).
+// service's data), written through a log of full stripes.
 //
 //	s, err := chunkstore.CreateDirs(chunkstore.DeviceDirs("data", chunkstore.DefaultGeometry))
 //	v, err := s.CreateVolume("ns1", 1<<30)
-//	v.WriteAt(p, off)            // cached until Sync, or durable now with WriteAtFlags(p, off, FUA)
+//	v.WriteAt(p, off)            // in the log's memory until Sync, or durable now with WriteAtFlags(p, off, FUA)
 //	v.ReadAt(p, off)             // io.ReaderAt; zeros where never written
 //	s.Sync()                     // NVMe Flush
 //	s.Scrub(ctx, ScrubOptions{}) // verify every shard, repair what it can
 //	s.Rebuild(ctx, pos, RebuildOptions{Progress: bar})
+//	chunkstore.MigrateDirs(dirs, MigrateOptions{}) // a format v1 store to v2, in place
 //
 // # The model
 //
@@ -17,155 +18,246 @@
 // storage). Each device is a directory, reached through one vfs.FS, so
 // tests can crash, break or remove a device at a real seam (package vfs).
 //
-// Data lives in stripes. A stripe holds K × unit bytes of data (the stripe
-// unit, 64 KiB by default) as K data shards, plus M parity shards computed
-// by Reed-Solomon; shard i of a stripe sits on a different device from
-// every other shard, so any K shards rebuild the stripe. A stripe occupies
-// one physical slot: slot p is the p-th shard slot of every device's shard
-// file, and shard i of slot p lives on device (p+i) mod (K+M), which spreads
-// data and parity, reads and writes, over all devices.
+// Data lives in stripes. A full stripe holds K × unit bytes of data (the
+// stripe unit, 64 KiB by default) as K data shards, plus M parity shards
+// computed by Reed-Solomon; shard i of a stripe sits on a different device
+// from every other shard, so any K shards rebuild the stripe. A stripe
+// occupies one physical slot: slot p is the p-th shard slot of every
+// device's shard file, and shard i of slot p lives on device (p+i) mod
+// (K+M), which spreads data and parity, reads and writes, over all
+// devices. A stripe is written once and never changed (repairs rewrite a
+// bad shard with what it held).
 //
-// A volume is a sparse array of logical stripes; its block map (logical
-// stripe → extent: slot, generation, missing-device mask) says where each
-// lives. Unmapped stripes read as zeros and take no space (thin
-// provisioning); Discard and WriteZeroes unmap whole stripes and write zeros
-// into partial ones. A chunk is a byte string of up to 256 MiB stored in its
-// own stripes (the last one shortened to what it holds); PutChunk replaces
-// a chunk atomically.
+// Volumes and chunks are owners of logical 4 KiB sectors. Every write
+// goes to the log: the store appends the written sectors, whatever their
+// owner and address, to its one open stripe, and writes the stripe when it
+// is full. A map per owner says where each logical sector lives (slot, and
+// sector within the stripe's data). Unmapped sectors read as zeros and
+// take no space (thin provisioning); Discard and WriteZeroes unmap. A
+// chunk is a byte string of up to 256 MiB, stored as the sectors of an
+// owner of its own; PutChunk writes a new owner and swaps the chunk's
+// record to it atomically. The cleaner keeps the space that overwritten
+// and unmapped sectors leave behind bounded (see below).
 //
-// # On-disk format
+// # On-disk format (version 2)
 //
 // Each device directory holds three files:
 //
 //	identity  128-byte identity record, written once (temporary file,
 //	          fsync, rename, fsync directory): device UUID, store UUID,
-//	          position, K, M, stripe unit, and the golden parity digest
+//	          format version, position, K, M, stripe unit, and the golden
+//	          parity digest
 //	shards    the shard slots: slot p at p × (4 KiB + unit); each slot is
 //	          a 4 KiB header region followed by the payload, so payloads
 //	          stay 4 KiB aligned
 //	meta.db   a bbolt replica of the metadata (see below)
 //
-// A shard header (format.go has the offsets) names the store, the owner
-// (volume or chunk version) and stripe index, the slot, the stripe's write
-// generation, the shard index, K, M and the payload length, then holds one
-// CRC32C per 4 KiB sector of the payload, then a CRC32C of itself. A read
-// checks the header against the extent it expects, so a stale shard (an
+// A shard's header region holds its header (format.go has the offsets:
+// the store, the key {0, slot} of a log stripe, the slot, the stripe's
+// generation, the shard index, K, M, the payload length, one CRC32C per
+// 4 KiB sector of the payload, then a CRC32C of itself) and, after it, the
+// stripe's summary: the runs of (owner, first logical sector, count) that
+// its data sectors hold, in order, with their own CRC32C. Every shard,
+// data and parity, carries the same summary, so any one of them tells
+// the cleaner and the roll-forward what the stripe holds. A read checks
+// the header against the slot record it expects, so a stale shard (an
 // older generation in a reused slot, a device that missed writes) or a
 // misplaced one is treated as corrupt, never returned; and it checks the
 // CRC32C of every sector it returns, so a 4 KiB read verifies 4 KiB.
 //
-// Every on-disk record (identity, shard header, and the metadata records:
-// superblock, device record, volume record, extent, chunk record) has named
-// offsets, an encoder and a decoder that validates lengths, reserved bytes
-// and its CRC32C before use; each decoder has a fuzz target whose property
-// is that whatever decodes re-encodes to the same bytes.
+// Every on-disk record (identity, shard header, summary, and the
+// metadata records: superblock, log reservation, device record, volume
+// record, slot record, map page, chunk record) has named offsets, an
+// encoder and a decoder that validates lengths, reserved bytes and its
+// CRC32C before use; each decoder has a fuzz target whose property is
+// that whatever decodes re-encodes to the same bytes.
 //
-// # Metadata: bbolt, replicated on every device
+// Format version 1 (copy-on-write stripes, a block map entry per 256 KiB
+// stripe) is not read: Open fails with ErrFormatV1, which names `target
+// migrate`. Migrate converts such a store in place in seconds: a v1
+// stripe is a valid v2 slot (its headers name it by its old key, stripe
+// Index of Owner, and hold that owner's sectors from Index × K × unit / 4
+// KiB on, which the cleaner derives in place of a summary), so only the
+// metadata changes, one bbolt transaction per replica, then the identity
+// records; a crash leaves a store that Migrate, run again, finishes.
 //
-// The superblock, the device table, the volume table, the volumes' block
-// maps and the chunk records live in go.etcd.io/bbolt. bbolt was chosen
-// over cockroachdb/pebble because the metadata is small, written in
-// batches at Sync, and read mostly at Open: bbolt's single file, B+tree and
-// atomic, fsynced transactions fit that exactly, with no compactions or
-// background goroutines; pebble's LSM is built for write-heavy key spaces
-// we do not have. bbolt checksums only its meta pages, so every value we
-// store carries its own CRC32C, and a bbolt panic on a corrupt page is
-// turned into a corruption error for that replica.
+// # Metadata: the embedded database, replicated on every device
 //
-// Every device holds a full replica, so losing any M devices loses no
-// metadata. All replicas receive the same batch in the same commit; the
-// superblock's Seq counts commits. Open reads every replica it can, adopts
-// the one with the highest Seq (falling back to the next if it does not
-// load), and rewrites any replica that is behind or unreadable from it in
-// one bbolt transaction. Why the freshest replica is always safe to adopt
-// is part of the crash argument below.
+// The superblock, the log reservation, the device table, the volume
+// table, the slot records (what each slot holds: header key, generation,
+// shard length, missing devices, data sectors), the map pages (an
+// owner's map in pages of 64 sectors, each a list of runs) and the chunk
+// records live in go.etcd.io/bbolt, one replica per device, so losing
+// any M devices loses no metadata. All replicas receive the same batch in
+// the same checkpoint; the superblock's Seq counts checkpoints. Open
+// reads every replica it can, adopts the one with the highest Seq
+// (falling back to the next if it does not load), and rewrites any
+// replica that is behind or unreadable from it in one transaction. bbolt
+// checksums only its meta pages, so every value carries its own CRC32C,
+// and a bbolt panic on a corrupt page is turned into a corruption error
+// for that replica. bbolt maps its file and opens it itself, so it cannot
+// go through vfs: each device's FS names a host path for it
+// (vfs.FS.HostPath). Its file lock keeps a second process from opening a
+// device (ErrDeviceBusy).
 //
-// bbolt maps its file and opens it itself, so it cannot go through vfs:
-// each device's FS names a host path for it (vfs.FS.HostPath). bbolt's file
-// lock also keeps a second process from opening a device (ErrDeviceBusy).
+// The map is now the write-heavy part: a checkpoint writes every page
+// that changed since the last one. MAPDB
 //
-// # Writes: copy-on-write stripes
+// Memory: the maps are held in memory. A page costs about 80 bytes plus
+// 16 per run: sequentially written data needs one or two runs per page,
+// about 100 bytes per 256 KiB or 400 MiB per TiB mapped; data written by
+// scattered 4 KiB writes a run per sector, about 1.1 KiB per 256 KiB or
+// 4.4 GiB per TiB. The slot table adds about 80 bytes per slot (320 MiB
+// per TiB of 4+2 stripes with 64 KiB units). The cleaner moves scattered
+// sectors into runs again, so the random figure is the worst case.
 //
-// A write never overwrites a stripe that metadata points at. Every stripe
-// write, full or partial, goes to a fresh slot: the data shards are
-// encoded once, each device's shards are checksummed and written (one
-// pwritev per run of consecutive slots), and the in-memory block map is
-// pointed at the new extent. The old slot is released, but not reused
-// until a commit that no longer references it has completed. So that a
-// host that overwrites and never flushes does not grow the shard files
-// without bound, the store commits in the background once WithAutoCommit
-// released slots (default 1024) wait for a commit; a writer that finds
-// four times that many waiting (the committer has fallen behind) commits
-// itself before it writes. Such a commit makes durable what the block
-// maps point at and leaves the write caches alone. Before this, a 512 MiB
-// volume of 4+2 stripes overwritten at random with 4 KiB writes for 11 s
-// through the NBD bridge, without a flush, grew every shard file (about
-// 136 MiB when full) to 1.6 GB.
+// # Writes: the log
 //
-// Partial-stripe writes go through a per-volume write cache (a volatile
-// write cache, as the namespace advertises with VWC=1): the written sectors
-// are kept in memory until the stripe is complete (then written without
-// reading anything), evicted (WithWriteCache stripes per volume, oldest
-// first), flushed by Sync, or written at once with FUA. Writing out a
-// partial stripe reads the rest of its data (reconstructing if needed),
-// merges, encodes and writes the whole stripe to a new slot.
+// No write reads old data to update parity. A write appends its sectors
+// to the open stripe under the log's lock (a memory copy; a sector whose
+// latest version is in the open stripe is overwritten there instead), and
+// points the owner's map at them; the summary gains a run, or extends the
+// last one. A full stripe is sealed: encoded once (K data shards, M parity,
+// a CRC32C per sector) and written by a goroutine of its own, one pwritev
+// per device (header region and payload), while the next stripe fills; at
+// most eight are in flight. Reads of sectors in a stripe still in memory
+// are served from memory. A partly written sector is read, merged and
+// appended whole, under a per-sector lock. Writes are durable after the
+// next Sync (a volatile write cache, VWC=1), or at once with FUA.
 //
-// Why copy-on-write, and not a journal or a log. The write hole exists
-// because updating data and parity in place is not atomic across devices.
-// A journal closes it by writing every block twice (journal, then home)
-// and needs its own replication across devices; a log-structured layout
-// closes it too, but needs a cleaner (garbage collection) and a fine-grained
-// map. Copy-on-write at stripe granularity closes it with neither: a stripe
-// is immutable once written, the only mutable thing is the block map, and
-// bbolt updates the block map atomically. The price is that a small write
-// rewrites a whole stripe (K × unit bytes read, (K+M) × unit written). The
-// write cache hides most of that for sequential and clustered small writes;
-// scattered small synced writes pay it (see the stripe unit below).
+// Sync and FUA make an incomplete stripe durable as a short stripe,
+// RAID-Z style: the data present, d sectors, is laid out over the K data
+// shards at ceil(d/K) sectors each (zero-padded), with M parity shards of
+// that length: a complete stripe of its own width, checksummed and
+// verified like a full one, whose slot's unused space the cleaner
+// reclaims. The alternative, keeping partial stripes as M+1 replicas and
+// aggregating them into full stripes later (DAOS), writes (M+1)·d now and
+// 1.5·d again later; a short stripe writes K·ceil(d/K) + M·ceil(d/K)
+// sectors once, plus a 4 KiB header region per shard, and its parity is
+// right from the start, so one code path serves reads, reconstruction,
+// scrub and rebuild. In figures, 4+2 with 64 KiB units: a full stripe
+// writes 408 KiB for 256 KiB (1.59×: 1.5 for parity, 1.06 for the header
+// regions); a short stripe of one 4 KiB sector writes six 8 KiB shard
+// writes (12×; replicas would write three of them, 6×, then 1.59× more
+// to aggregate), of 4 sectors 3×, of 16 sectors 1.9×, and the cleaner
+// later moves what is still live (1.59× of that). Group commit makes short
+// stripes rare under load: every Sync and FUA write that arrives while a
+// flush is running is covered by the next one, which seals one stripe
+// holding all their data and fsyncs every device once (flushLog: flushes
+// are serialised, and a caller whose data an earlier flush covered
+// returns without one).
+//
+// A flush does not touch the metadata: the roll-forward at Open finds
+// the stripes written since the last checkpoint (below). Unmaps, chunk
+// record changes and device changes are not in the log; a Sync after one
+// is a checkpoint.
+//
+// # Checkpoints
+//
+// A checkpoint (commitLocked) makes the metadata catch up with the log:
+//
+//  1. under the log's lock, seal the open stripe and take the snapshot:
+//     the changed map pages, the slot records of stripes written, the
+//     slots released, the chunk records, and a new log reservation (the
+//     next 16 slots of the current one, which the log may use until this
+//     checkpoint completes, then the lowest free slots), with LogGen,
+//     the last generation handed out;
+//  2. wait until every stripe sealed so far is written, then fsync the
+//     shard file of every writable device; a device whose fsync fails is
+//     taken out and marked missing in every stripe written since the
+//     last fsync;
+//  3. for every writable device: probe it through its FS, then apply the
+//     snapshot to its replica in one bbolt transaction (Seq+1);
+//  4. free the slots released before step 1, once no read that could
+//     still be on them is running, and let the log use the new
+//     reservation.
+//
+// The background committer checkpoints when half the reservation is used
+// (every 128 MiB of stripes by default: a reservation covers 256 MiB, at
+// most 1024 slots), when WithAutoCommit released slots (default 1024)
+// wait to be freed, and every 5 s while an unmap or a chunk record waits;
+// a writer that finds four times WithAutoCommit waiting checkpoints
+// itself. Volume creation and deletion, scrub's repairs and rebuild's
+// progress are checkpoints too.
+//
+// # The cleaner
+//
+// Overwritten and unmapped sectors leave dead space in their slots; a
+// slot with nothing live left is released at once and freed by the next
+// checkpoint. The cleaner (one goroutine from Open to Close) keeps the
+// rest bounded: when the slots in use hold more than (1 + f) × the live
+// data plus 32 slots (f is WithOverProvision, default 0.5), it picks
+// victims by cost and benefit, as in LFS: (1 - u) × age / (1 + u), where u
+// is the slot's live fraction and age counts the generations written
+// since it, so mostly dead slots go first and, among equally dead ones,
+// old, cold ones, whose remaining data is unlikely to die soon on its
+// own. It reads a victim's summary, checks each sector it names against
+// the map, reads the live ones (reconstructing if it must) and appends
+// them to the log, each only if the map still points at the victim (a
+// write in between wins), which releases the victim. Writers wait for it
+// when the slots in use exceed (1 + 2f) × the live data, so a full store
+// slows down instead of growing without bound; the cleaner's own appends
+// never wait for that, so it cannot deadlock. With uniformly random
+// overwrites, the cleaner's share of the writes is about 1/(1 - u) of the
+// victims' live fraction: f = 0.5 keeps it near 1.5×, which with the
+// stripe's 1.59× gives about 2.4 device bytes per host byte; a smaller f
+// saves space and costs writes.
 //
 // # Crash consistency
 //
-// Sync (and FUA, and CreateVolume, DeleteVolume, Rebuild's checkpoints
-// and the background commits above) commits in this order
-// (Store.commitLocked):
-//
-//  1. begin an allocator epoch, then snapshot the changed extents, chunk
-//     records and device table into a batch;
-//  2. fsync the shard file of every writable device; a device whose fsync
-//     fails is taken out of use and its shards are marked missing in every
-//     extent of the batch;
-//  3. for every writable device: probe it through its FS, then apply the
-//     batch to its replica in one bbolt transaction (Seq+1);
-//  4. free the slots released before step 1.
-//
+// The promises: a block reads either what it held at the last completed
+// Sync (or FUA write to it), or something written after it; a completed
+// FUA write or Sync is durable; and every stripe's data and parity agree.
 // The argument, for a crash at any point:
 //
-//   - Every extent in a committed replica points at shards that were
-//     fsynced before that replica was written (step 2 precedes step 3), so
-//     what the metadata promises is on the devices.
-//   - A slot referenced by any replica that could be adopted is never
-//     overwritten: a released slot is freed only after the commit that
-//     dropped it completed on every writable replica (step 4), and a write
-//     released in an epoch is covered by a later snapshot (the epoch begins
-//     before the snapshot). Stale replicas belong to devices that failed;
-//     Open adopts the highest Seq, and a replica that is behind is never
-//     adopted over it. A replica that is ahead of the others (a crash
-//     between replica commits) is equally safe: step 2 made its shards
-//     durable before any replica changed.
-//   - Uncommitted stripes are in slots no replica references; after a
-//     crash they are free space (Open rebuilds the allocator from the
-//     metadata).
+//   - A checkpoint's map pages point only at stripes that were written
+//     and fsynced before any replica changed (step 2 precedes step 3),
+//     and whose slot records are in the same checkpoint.
+//   - A slot named by a checkpoint that could be adopted (its slot
+//     records and its reservation) is not written before a later
+//     checkpoint that no longer names it has completed on every writable
+//     replica: a released slot is freed only then (step 4), the log
+//     writes only slots of the last committed reservation, and a
+//     reservation takes only free slots. Stale replicas belong to
+//     devices that failed; a replica that is ahead of the others (a crash
+//     between replica commits) is equally safe, since step 2 made its
+//     stripes durable before any replica changed.
+//   - Every stripe opened after a checkpoint's snapshot has a generation
+//     above its LogGen and sits in its reservation, in the order the log
+//     took the slots; its summary is in every shard. The roll-forward at
+//     Open examines those slots in order and applies each complete stripe
+//     (K shards whose headers name it and whose every sector verifies)
+//     over older mappings of its sectors. One stripe is open at a time
+//     and generations grow in the order stripes open, so for every sector
+//     the newest write is in the newest stripe that holds it.
+//   - A flush returns after every stripe sealed before it is written and
+//     every device fsynced, so every stripe before a flushed one is
+//     complete on disk and found; a stripe cut by the crash was never
+//     made durable by a flush, and skipping it returns an older version,
+//     which the promise allows. A complete stripe with some bad shards
+//     (a device lost its unsynced writes) is applied, its bad shards
+//     marked missing and repaired before Open returns.
+//   - Unmaps and chunk records are in checkpoints only, and a Sync after
+//     one is a checkpoint; a crash before it may undo them, which the
+//     promise allows. A chunk's sectors in the log whose record was never
+//     checkpointed belong to an owner the checkpoint does not know, and
+//     are ignored.
+//   - A cleaner's move is a log append of the same bytes: a crash leaves
+//     the victim (it is freed only by a checkpoint after the move) and
+//     maybe the copy.
 //   - Generations are reserved in blocks of 2^40 that are committed ahead
 //     of use, so a slot reused after a crash never carries the generation
 //     of a stripe the metadata knows.
 //
-// So after a crash every block reads either what it held at the last
-// completed Sync, or something written after it; a completed FUA write is
-// durable; and every stripe's data and parity agree. The crash tests check
-// exactly that (crash_test.go): random writes, FUA writes, discards, chunk
-// puts and deletes and syncs on in-memory devices that crash together at a
-// random operation (a shared vfs.CrashClock), reopen, compare every 512-byte
-// block and chunk with what the model allows, scrub for parity, and keep
-// working. Crashes in the middle of a rebuild resume and complete.
+// The crash tests check exactly that (crash_test.go): random writes, FUA
+// writes, discards, chunk puts and deletes and syncs, with the cleaner
+// running and two writers making FUA writes at once (group commits), on
+// in-memory devices that crash together at a random operation (a shared
+// vfs.CrashClock), then reopen, compare every 512-byte block and chunk
+// with what the model allows, scrub for parity, check the maps against
+// the stripes' summaries (checkMap; invariants builds run it after every
+// roll-forward) and keep working. Crashes in the middle of a rebuild
+// resume and complete.
 //
 // Durability follows the POSIX rules: fsync a file to make its data
 // durable; fsync the directory after a create or rename. Shard files are
@@ -174,8 +266,11 @@
 //
 // # Reads
 //
-// A read touches only the data shards its range covers, and only the
-// sectors it needs (a 4 KiB read reads one header region and one sector).
+// A read looks its sectors up in the map, copies those whose stripe is
+// still in memory, and reads the rest from their slots, each run of
+// sectors contiguous in one slot with one stripe read, which touches only
+// the data shards the run covers and only the sectors it needs (a 4 KiB
+// read reads one header and one sector).
 // A shard that is missing (device out of use, or marked missing in the
 // extent), unreadable, of the wrong identity or generation, or whose sector
 // checksum fails, is reconstructed from any K other shards over just the
@@ -199,21 +294,22 @@
 //
 // With up to M devices out (missing at Open, or failed while running: an
 // I/O error other than ENOSPC, a failed fsync, a failed probe), writes
-// continue: stripes are written without those devices and the extent marks
-// them missing (Stats.DegradedWrites); reads reconstruct. Past M, writes,
+// continue: stripes are written without those devices and the slot
+// record marks them missing (Stats.DegradedWrites); reads reconstruct. Past M, writes,
 // Sync and unreconstructible reads fail with ErrTooManyFailures. A failed
 // device stays out until the store is reopened (if it is healthy again,
 // its stale shards are recognised by their headers and the missing marks,
 // and Scrub rewrites them) or rebuilt.
 //
-// ENOSPC on any device fails the write with ErrNoSpace (IsNoSpace): the new
-// slot is freed, the old stripe is untouched, the device stays in use.
-// A partial write that fails at Sync stays in the cache, so Sync can be
-// retried once there is room.
+// ENOSPC on any device fails the stripe's write with ErrNoSpace
+// (IsNoSpace): the stripe stays in memory (reads are served from it), the
+// device stays in use, and the Sync or FUA write that needed it fails;
+// the next flush retries it, so Sync succeeds again once there is room.
 //
 // # Scrub, repair and rebuild
 //
-// Scrub reads every shard of every stripe, checks headers and sector
+// Scrub reads every shard of every stripe (every slot that holds one, in
+// slot order), checks headers and sector
 // checksums, and checks data against parity (when every shard verifies on
 // its own but they disagree, the one shard whose removal makes the rest
 // consistent is the bad one; if none or several do, the stripe is
@@ -230,7 +326,7 @@
 // formats the device with a copy of the metadata, and from then on new
 // writes include it. It then writes the device's shard of every stripe
 // older than the rebuild or marked missing, reconstructed from the others,
-// committing its cursor every 256 stripes; after a crash or cancellation,
+// in slot order, committing its cursor (a slot) every 256 stripes; after a crash or cancellation,
 // Open and Rebuild again resume at the cursor. Progress is reported for a
 // progress bar.
 //
@@ -250,44 +346,40 @@
 // SIMD reports the vector path reedsolomon uses on this CPU (it follows
 // reedsolomon's own detection: AVX512+GFNI, AVX+GFNI, AVX512, AVX2, SSSE3,
 // NEON/SVE, or pure Go); Open logs it, Info reports it, and a test fails if
-// a CPU with AVX2 falls back to pure Go. On the development machines (AMD
-// EPYC, AVX2, no GFNI) it is AVX2.
+// a CPU with AVX2 falls back to pure Go.
 //
 // # The stripe unit
 //
-// DefaultStripeUnit is 64 KiB, chosen with BenchmarkStripeUnit (4+2, on
-// tmpfs, 2 shared cores). Sequential 1 MiB writes: 16 KiB ≈ 0.7 GB/s,
-// 64 KiB ≈ 1.4–1.7 GB/s, 128 KiB ≈ 1.5–2.0 GB/s, 256 KiB ≈ 1.6–2.1 GB/s,
-// 1 MiB ≈ 1.1 GB/s (its 4 MiB stripes make every 1 MiB write partial).
-// Random 4 KiB reads cost the same at every unit (≈ 3.5–7 µs: one header
-// region and one sector). Random 4 KiB FUA writes rewrite a stripe each:
-// 16 KiB ≈ 0.3 ms, 64 KiB ≈ 0.46 ms, 128 KiB ≈ 0.77 ms, 256 KiB ≈ 1.6 ms,
-// 1 MiB ≈ 4 ms. 64 KiB keeps most of the sequential bandwidth while small
-// synced writes stay 3.5× cheaper than at 256 KiB, and a chunk's space
-// granularity stays at 256 KiB of data (4+2).
+// DefaultStripeUnit is 64 KiB, chosen with BenchmarkStripeUnit: it keeps
+// most of the sequential bandwidth of larger units, while a short stripe
+// (a lone flushed sector) and the slot the cleaner must reclaim stay
+// small, and a random 4 KiB read costs the same at every unit (one header
+// and one sector). BENCHMARKS.md has the figures.
 //
 // # Concurrency
 //
-// Store, Volume and the chunk methods are safe for concurrent use. A
-// volume stripe is read under its stripe lock shared and written, flushed
-// or repaired under it exclusively, so a read sees each stripe before or
-// after a concurrent write to it; reads and writes of different stripes run
-// in parallel, and the shards of one stripe or batch are read and written
-// by one goroutine per device. A chunk is read under a shared lock and
-// replaced under an exclusive one, so a reader never sees a slot freed
-// under it. Sync, Scrub, RepairQueued and Rebuild run beside normal I/O.
-// The background committer is one goroutine per store, from Open to Close;
-// it and throttled writers take commitMu holding no other lock.
+// Store, Volume and the chunk methods are safe for concurrent use. The
+// log's lock (lmu) guards the open stripe, the maps, the slot table and
+// the reservation; it is held for map operations and memory copies,
+// never across device I/O. A read resolves its sectors under it and reads
+// the devices after it, holding the read gate shared from before it lets
+// lmu go; freeing slots takes the gate exclusively, so no slot is reused
+// under a read. Sealed stripes are written by goroutines of their own;
+// the cleaner and the background committer are one goroutine each, from
+// Open to Close. Scrub, RepairQueued and Rebuild run beside normal I/O,
+// holding the gate while they examine and repair a stripe.
 //
 // Lock order (each mutex's comment says what it guards):
 //
 //	Store.commitMu
-//	  → Volume.locks[i] (several only in ascending i) / chunkTable.locks[i]
-//	    → Volume.mu, Store.volMu, chunkTable.mu
-//	      → allocator.mu, repairQueue.mu, device.mu (leaves)
+//	  → Volume.locks[i] (a partly written sector) / chunkTable.locks[i]
+//	    → Store.flushMu
+//	      → Store.lmu
+//	        → chunkTable.mu, Volume.mu, Store.volMu
+//	          → allocator.mu, repairQueue.mu, device.mu (leaves)
 //
-// No lock is held across a commit's device I/O except commitMu, and no
-// stripe lock is held while waiting for commitMu.
+// The read gate is taken holding lmu, or nothing; whoever holds it takes
+// no lock above the leaves. No lock is held while waiting for commitMu.
 //
 // # For the target: mapping to NVMe
 //
@@ -298,26 +390,34 @@
 // IsUnavailable (too many shards or devices lost) and IsCorruption to a
 // media error (Unrecovered Read Error on reads, Write Fault on writes),
 // IsNoSpace to Capacity Exceeded, ErrOutOfRange to LBA Out of Range,
-// ErrClosed to Namespace Not Ready. Info and Stats feed a status command;
-// Scrub with BytesPerSecond is the background scrubber; Rebuild's Progress
-// drives a progress bar. OpenOrCreateDirs(DeviceDirs(data, g)) gives the
-// default layout DATA/dev0 … DATA/dev{K+M-1}.
+// ErrClosed to Namespace Not Ready. A write that the log takes into memory
+// reports a device error at the Flush (or FUA write) that must write it
+// out, as a disk with a volatile cache does. Info and Stats feed a status
+// command (Stats has live and dead bytes, slots used and free, stripes
+// open, the cleaner's moves and the write amplification since Open);
+// Scrub with BytesPerSecond is the background scrubber; Rebuild's
+// Progress drives a progress bar. OpenOrCreateDirs(DeviceDirs(data, g))
+// gives the default layout DATA/dev0 … DATA/dev{K+M-1}.
 //
 // # Sharp edges
 //
-//   - Small scattered synced writes rewrite whole stripes (see above).
-//   - FUA is implemented as a full commit (every device's fsync and every
-//     replica's transaction), and Sync of one volume is the store's Sync.
+//   - A lone flushed 4 KiB sector costs a short stripe: six shard writes
+//     and a slot for the cleaner to reclaim. Zero-padding data shards are
+//     written too; not writing them would halve that.
+//   - Every flush fsyncs every device, also those the flushed stripes did
+//     not touch.
 //   - Shard files grow to the high-water mark of slots and never shrink;
-//     freed slots are reused (lowest first), not punched out. Between
-//     commits the mark can pass the live slots by up to four times
-//     WithAutoCommit (more with many writers at once).
-//   - Block maps and chunk records are held in memory (about 50 bytes per
-//     mapped stripe) and loaded at Open; a store of many small chunks pays
-//     a slot per chunk.
+//     freed slots are reused (the reservation takes the lowest first), not
+//     punched out. A released slot joins the reservation two checkpoints
+//     later, so between checkpoints the mark can pass the live slots by
+//     the over-provisioning plus what waits to be freed.
+//   - The maps and the slot table are held in memory and loaded at Open
+//     (figures above).
+//   - The cleaner picks victims by scanning the slot table: about 10 ms
+//     per million slots.
 //   - On a real file system, deleting a device directory under a running
 //     store does not fail its open files; the store notices at the next
-//     commit's probe and takes the device out. vfs.MemFS.Vanish models a
+//     flush's probe and takes the device out. vfs.MemFS.Vanish models a
 //     pulled disk, where every operation fails at once.
 //   - An fsync error takes the device out (its page cache state is
 //     unknown), even for ENOSPC; only write errors are treated as a full
@@ -331,7 +431,7 @@
 // # Libraries
 //
 //   - github.com/klauspost/reedsolomon: the erasure code, with AVX2/GFNI
-//     paths (about 20 GB/s for 4+2 here, ten times its pure-Go code).
+//     paths (ten times its pure-Go code).
 //   - go.etcd.io/bbolt: the metadata database (above).
 //   - github.com/google/uuid: store, device and chunk IDs.
 //   - github.com/klauspost/cpuid/v2: to report the vector path; reedsolomon
@@ -342,39 +442,13 @@
 //
 // go test runs the crash test over 100 seeds, crashes during rebuild over
 // 16 and silent corruption over 8, besides the device-loss, rebuild,
-// identity, ENOSPC and concurrency tests; CHUNKSTORE_EXTENDED=1 (or
+// identity, ENOSPC, concurrency and migration tests (the last on a store
+// the v1 code wrote, testdata/v1-store.tar.gz); CHUNKSTORE_EXTENDED=1 (or
 // -chunkstore.extended) runs ten times as many seeds. Builds with -tags
-// invariants (and -race builds) also check the allocator's invariants
-// (no slot freed twice or while free, no slot named by two extents). Benchmarks (bench_test.go)
-// compare 4+2 with 1+0 and with a plain file, degraded with healthy reads,
-// and the store's encoding with reedsolomon's; see BENCHMARKS below.
-//
-// # BENCHMARKS
-//
-// Measured on the development machine (2 shared cores, AMD EPYC with AVX2,
-// tmpfs), medians of five runs of one second, while other work ran:
-//
-//	benchmark (1 MiB I/O, 64 KiB unit)       median        ratio
-//	SeqWrite/4+2                             2.10 GB/s     74 % of SeqWrite/1+0 (R7: ≥ 70 %)
-//	SeqWrite/1+0 (same path, plain)          2.83 GB/s
-//	PlainFile (pwrite to one file)           4.04 GB/s
-//	SeqRead/healthy (4+2)                    3.81 GB/s
-//	SeqRead/degraded (one device gone)       3.21 GB/s     84 % of healthy (R7: ≥ 70 %)
-//	Encode/store (parity + CRC32C, 4+2)      5.96 GB/s     29 % of reedsolomon alone
-//	Encode/reedsolomon (AVX2)               20.98 GB/s
-//	Encode/reedsolomon-purego                1.42 GB/s
-//	Encode/memcpy                           42.18 GB/s
-//	StripeUnit/64K/randread4k                3.4–6 µs, 0 allocs
-//
-// The ratios move with the load on the shared machine: in busier runs
-// SeqWrite/4+2 was 55–65 % of 1+0 (a 4+2 stripe writes 1.5 times the bytes
-// and checksums them, and only the spare core hides that), degraded reads
-// 72–90 % of healthy. The store's encoding is dominated by CRC32C over all
-// six shards (about 28 µs of the 44 µs per stripe); the parity itself costs
-// what reedsolomon's own benchmark does. The sector CRCs use
-// internal/crc32c, which folds buffers of 2 KiB and more with VPCLMULQDQ
-// where the CPU has it: on the Intel Xeon build machine (AVX-512) that
-// took Encode/store from 9.0 to 14.5 GB/s and SeqRead/healthy from 3.7 to
-// 4.2 GB/s against hash/crc32 (medians of three, alternating in one run);
-// SeqWrite/4+2 did not move (its writes dominate).
+// invariants (and -race builds) also check the allocator's invariants (no
+// slot freed twice or while free) and the maps against the summaries
+// after every roll-forward. Benchmarks (bench_test.go) compare 4+2 with
+// 1+0 and with a plain file, degraded with healthy reads, the store's
+// encoding with reedsolomon's, and FUA writes with a plain file's fsync;
+// BENCHMARKS.md has the figures.
 package chunkstore
