@@ -111,6 +111,26 @@ func (a *allocator) get() uint64 {
 	return p
 }
 
+// freeBelow reports whether some slot below p is free.
+func (a *allocator) freeBelow(p uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for q := a.hint; q < p; q++ {
+		w := q / 64
+		if w >= uint64(len(a.used)) {
+			return true
+		}
+		if a.used[w] == ^uint64(0) {
+			q = w*64 + 63
+			continue
+		}
+		if a.used[w]&(1<<(q%64)) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // abort frees a slot that nothing references.
 func (a *allocator) abort(p uint64) {
 	a.mu.Lock()

@@ -186,10 +186,12 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	// in the last committed reservation too), then the lowest free slots,
 	// so that the log fills the holes the cleaner and overwrites leave.
 	head := min(len(s.resv), resvHead)
-	for _, slot := range s.resv[head:] {
-		s.alloc.abort(slot)
+	if len(s.resv) > head && s.alloc.freeBelow(s.resv[len(s.resv)-1]) {
+		for _, slot := range s.resv[head:] {
+			s.alloc.abort(slot)
+		}
+		s.resv = s.resv[:head]
 	}
-	s.resv = s.resv[:head]
 	for len(s.resv) < s.resvSize {
 		s.resv = append(s.resv, s.alloc.get())
 	}

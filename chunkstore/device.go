@@ -77,6 +77,9 @@ type device struct {
 	err error
 
 	reads, writes, errs atomic.Int64
+	// unsynced: the shard file was written since its last fsync (a flush
+	// syncs only such devices).
+	unsynced atomic.Bool
 }
 
 // devFiles are a device's open handles.

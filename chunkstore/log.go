@@ -402,17 +402,21 @@ func (s *Store) writeOutLocked(through uint64) (uint64, error) {
 	}
 }
 
-// syncDevicesLocked fsyncs every writable device's shard file. A device
-// whose fsync fails is taken out, and its shards of the stripes written
-// since the last fsync are marked missing. flushMu is held.
+// syncDevicesLocked fsyncs the shard file of every writable device
+// written since its last fsync, and probes every writable device. A
+// device whose fsync or probe fails is taken out, and its shards of the
+// stripes written since the last fsync are marked missing. flushMu is
+// held.
 func (s *Store) syncDevicesLocked() error {
 	s.lmu.Lock()
 	unsynced := s.unsynced
 	s.unsynced = nil
 	s.lmu.Unlock()
 	synced := s.forWritable(func(d *device, f *devFiles) error {
-		if err := f.data.Sync(); err != nil {
-			return err
+		if d.unsynced.Swap(false) {
+			if err := f.data.Sync(); err != nil {
+				return err
+			}
 		}
 		// A device whose directory is gone still syncs its open file.
 		_, err := f.fs.Stat(identityFile)

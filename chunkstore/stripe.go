@@ -325,6 +325,7 @@ func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, sh
 			return nil
 		}
 		d.writes.Add(1)
+		d.unsynced.Store(true)
 		n, err := f.data.WriteAtv(iov, s.slotOffset(runStart))
 		s.stats.deviceBytes.Add(int64(n))
 		iov = iov[:0]
@@ -375,6 +376,7 @@ func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, pa
 	defer s.bufs.putHdr(h)
 	s.encodeShardHeader(h, key, slot, gen, i, payload, summary)
 	d.writes.Add(1)
+	d.unsynced.Store(true)
 	n, err := f.data.WriteAtv([][]byte{h.b[:], payload}, s.slotOffset(slot))
 	s.stats.deviceBytes.Add(int64(n))
 	if err != nil {

@@ -132,6 +132,5 @@ type osFile struct{ f *os.File }
 func (f osFile) ReadAt(p []byte, off int64) (int, error)  { return f.f.ReadAt(p, off) }
 func (f osFile) WriteAt(p []byte, off int64) (int, error) { return f.f.WriteAt(p, off) }
 func (f osFile) Close() error                             { return f.f.Close() }
-func (f osFile) Sync() error                              { return f.f.Sync() }
 func (f osFile) Stat() (fs.FileInfo, error)               { return f.f.Stat() }
 func (f osFile) Truncate(size int64) error                { return f.f.Truncate(size) }

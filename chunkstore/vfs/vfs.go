@@ -51,7 +51,8 @@ type File interface {
 	io.ReaderAt
 	io.WriterAt
 	io.Closer
-	// Sync makes the file's data and size durable (fsync).
+	// Sync makes the file's data and size durable (fdatasync on Linux:
+	// the data and the metadata needed to read it back, not the times).
 	Sync() error
 	// Stat describes the open file.
 	Stat() (fs.FileInfo, error)
