@@ -65,9 +65,9 @@ func TestAutoCommitReclaimsOverwrittenSlots(t *testing.T) {
 	// in flight, until throttleFactor thresholds of released slots wait;
 	// then it commits itself. A released slot is freed by the next
 	// checkpoint and joins the log's reservation at the one after,
-	// behind the resvHead slots the log may use meanwhile: up to twice
+	// behind the s.resvHead slots the log may use meanwhile: up to twice
 	// the throttle's count of slots wait to be written again.
-	require.LessOrEqual(t, in.Slots, uint64(64+2*throttleFactor*16+resvHead+maxInflight), "slots ever handed out (high-water)")
+	require.LessOrEqual(t, in.Slots, uint64(64+2*throttleFactor*16+s.resvHead+maxInflight), "slots ever handed out (high-water)")
 
 	// What the background commits made durable is a consistent state:
 	// after Close (which syncs) the store reopens with the same content

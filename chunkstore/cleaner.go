@@ -34,7 +34,7 @@ func WithOverProvision(f float64) Option {
 // (writers wait). lmu is held.
 func (s *Store) cleanLevel() int {
 	cs := int64(s.capSectors())
-	used := s.dataSlots * cs
+	used := s.dataCap
 	live := float64(s.liveTotal)
 	f := s.opts.overprov
 	slack := float64(cleanSlack * cs)
@@ -109,7 +109,6 @@ func (s *Store) pickVictimsLocked(n int) []uint64 {
 		slot  uint64
 		score float64
 	}
-	cs := float64(s.capSectors())
 	now := s.gen.Load()
 	var best []cand
 	for p := range s.slots {
@@ -117,7 +116,7 @@ func (s *Store) pickVictimsLocked(n int) []uint64 {
 		if !si.used || si.mem != nil || si.live <= 0 || (s.open != nil && s.open.slot == uint64(p)) {
 			continue
 		}
-		u := float64(si.live) / cs
+		u := float64(si.live) / float64(s.capOf(si))
 		if u >= 1 {
 			continue
 		}

@@ -13,9 +13,10 @@ const resvBytes = 256 << 20
 // reservation record in every replica) for stores of small stripes.
 const maxResv = 1024
 
-// resvHead is how many slots of its reservation the log may use while a
-// checkpoint is being written.
-const resvHead = 2 * maxInflight
+// resvHeadMin is the least the log may use of its reservation while a
+// checkpoint is being written: a quarter of it (Store.resvHead), so that
+// a checkpoint's fsync of what the log wrote does not stall the writers.
+const resvHeadMin = 2 * maxInflight
 
 // ckptInterval: the background committer checkpoints at least this often
 // while anything waits for a checkpoint.
@@ -185,7 +186,7 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	// (the log may use those before this checkpoint completes: they are
 	// in the last committed reservation too), then the lowest free slots,
 	// so that the log fills the holes the cleaner and overwrites leave.
-	head := min(len(s.resv), resvHead)
+	head := min(len(s.resv), s.resvHead)
 	if len(s.resv) > head && s.alloc.freeBelow(s.resv[len(s.resv)-1]) {
 		for _, slot := range s.resv[head:] {
 			s.alloc.abort(slot)

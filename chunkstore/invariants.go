@@ -67,19 +67,23 @@ func (s *Store) checkMap() error {
 		}
 		total += mapped
 	}
-	var used int64
+	var used, capacity int64
 	for p := range s.slots {
 		si := &s.slots[p]
 		if !si.used {
 			continue
 		}
 		used++
+		capacity += s.capOf(si)
 		if si.live != live[uint64(p)] {
 			return fmt.Errorf("slot %d counts %d live sectors, the maps point at %d", p, si.live, live[uint64(p)])
 		}
 		if si.live == 0 && si.mem == nil {
 			return fmt.Errorf("slot %d holds nothing live but was not released", p)
 		}
+	}
+	if capacity != s.dataCap {
+		return fmt.Errorf("the store counts room for %d sectors, its stripes have %d", s.dataCap, capacity)
 	}
 	if total != s.liveTotal || used != s.dataSlots {
 		return fmt.Errorf("the store counts %d live sectors in %d slots; the maps hold %d in %d", s.liveTotal, s.dataSlots, total, used)

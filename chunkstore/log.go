@@ -66,6 +66,17 @@ func (s *Store) goneLocked(slot uint64, n int) {
 	}
 }
 
+// capOf is how many data sectors the stripe in si has room for: a short
+// stripe only what its shards hold (the rest of its slot was never
+// written, so it takes no space in a sparse shard file), a stripe still
+// open all of it. lmu is held.
+func (s *Store) capOf(si *slotInfo) int64 {
+	if si.mem != nil && si.mem == s.open {
+		return int64(s.capSectors())
+	}
+	return max(int64(si.sectors), int64(s.geo.Data*si.ext.ShardLen/SectorSize))
+}
+
 // releaseSlotLocked drops a slot that holds nothing live: it is free once
 // the next checkpoint, which no longer names it, has completed.
 func (s *Store) releaseSlotLocked(slot uint64) {
@@ -73,6 +84,7 @@ func (s *Store) releaseSlotLocked(slot uint64) {
 	if !si.used {
 		return
 	}
+	s.dataCap -= s.capOf(si)
 	*si = slotInfo{}
 	s.dataSlots--
 	s.dirtySlots[slot] = struct{}{}
@@ -137,6 +149,7 @@ func (s *Store) openLocked(cleaner bool) error {
 		*si = slotInfo{used: true, key: stripeKey{Owner: logOwner, Index: slot},
 			ext: extent{Slot: slot, Gen: o.gen, ShardLen: s.unit}, seq: o.seq, mem: o}
 		s.dataSlots++
+		s.dataCap += int64(s.capSectors())
 		s.open = o
 		return nil
 	}
@@ -170,6 +183,7 @@ func (s *Store) sealLocked() {
 	si := &s.slots[o.slot]
 	si.ext.ShardLen = o.shardLen
 	si.sectors = int32(o.n)
+	s.dataCap -= int64(s.capSectors() - k*per)
 	s.unwritten[o.seq] = o
 	s.sealed = o.seq
 	s.inflight++

@@ -162,6 +162,7 @@ func (s *Store) replayStripe(slot uint64, logGen uint64) bool {
 	si := s.slotAt(slot)
 	*si = slotInfo{used: true, key: key, ext: ext, sectors: int32(sectors)}
 	s.dataSlots++
+	s.dataCap += s.capOf(si)
 	s.dirtySlots[slot] = struct{}{}
 	pos := 0
 	for _, r := range ref.runs {

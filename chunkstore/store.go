@@ -147,12 +147,14 @@ type Store struct {
 	sealed     uint64   // seq of the newest stripe sealed
 	resv       []uint64 // reserved slots, the next one first
 	resvSize   int      // how many a checkpoint reserves
+	resvHead   int      // how many of them the log may use while the next checkpoint is written
 	pops       uint64   // slots taken from the reservation since Open
 	resvLimit  uint64   // pops the last committed reservation covers
 	dirtySlots map[uint64]struct{}
 	unsynced   []uint64 // slots written since the last fsync of every device
 	liveTotal  int64    // sectors the maps point at
 	dataSlots  int64    // slots holding a stripe (or the open one)
+	dataCap    int64    // sectors those stripes can hold (capOf; the open one counts full)
 	ckptNeeded bool     // a change the roll-forward cannot redo (unmap, chunk record) waits for a checkpoint
 	maxRuns    int
 	scratch    []pageRun
@@ -380,6 +382,7 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 	s.bufs.init(s.unit, s.geo.Data)
 	s.maxRuns = maxSummaryRuns(s.unit)
 	s.resvSize = min(max(resvBytes/s.stripeBytes(), 64), maxResv)
+	s.resvHead = max(s.resvSize/4, resvHeadMin)
 
 	st, err := s.openReplicas(ids, idErr, &soft)
 	if err != nil {
@@ -583,6 +586,7 @@ func (s *Store) load(st *metaState) {
 		si := s.slotAt(slot)
 		*si = slotInfo{used: true, key: r.Key, ext: r.Ext, sectors: int32(r.Sectors)}
 		s.dataSlots++
+		s.dataCap += s.capOf(si)
 		if !s.alloc.markUsed(slot) {
 			shared++
 		}

@@ -120,7 +120,7 @@ func (s *Store) Stats() Stats {
 	s.lmu.Lock()
 	st.LiveBytes = s.liveTotal * SectorSize
 	st.SlotsUsed = s.dataSlots
-	st.DeadBytes = s.dataSlots*int64(s.capSectors())*SectorSize - st.LiveBytes
+	st.DeadBytes = s.dataCap*SectorSize - st.LiveBytes
 	high := int64(0)
 	for p := len(s.slots) - 1; p >= 0; p-- {
 		if s.slots[p].used {
