@@ -342,7 +342,7 @@ func printReport(w io.Writer, c reportConfig, cps []checkpointRow, steady []stea
 	}
 
 	if len(steady) > 0 {
-		fmt.Fprintf(w, "\n### 2. Steady state: %d random batches of %d pages back to back, N=%d, %d replicas in parallel\n\n",
+		fmt.Fprintf(w, "\n### 2. Steady state: %d random batches of %d pages back to back, N=%d, replicas in parallel: %d\n\n",
 			c.steadyBatches, c.steadyB, c.randPages, c.steadyReplicas)
 		fmt.Fprintf(w, "Sizes are of one replica (WAL = pebble's *.log files, in the size); logical = N x (16 + %d) B.\n\n", ValueSize(Random.Runs()))
 		fmt.Fprintf(w, "| db | p50 ms | p99 ms | max ms | mean ms | written B/key | write_bytes B/key | CPU µs/key | drain s | size at end | of which WAL | size closed | files | logical | space amp | excl. WAL |\n")
@@ -363,7 +363,7 @@ func printReport(w io.Writer, c reportConfig, cps []checkpointRow, steady []stea
 
 	fmt.Fprintf(w, "\n### 3. Load: open one replica and iterate every page once (CRC checked), after the workloads above\n\n")
 	fmt.Fprintf(w, "Cold: the replica's files dropped from the page cache first (fadvise DONTNEED). Space amp = final size / logical.\n\n")
-	fmt.Fprintf(w, "| db | layout | N | build s (%d replicas) | size built | size final | of which WAL | files | space amp | warm open ms | warm iterate ms | cold open ms | cold iterate ms | cold disk read MB | goroutines per replica |\n", max(c.steadyReplicas, c.replicas[len(c.replicas)-1]))
+	fmt.Fprintf(w, "| db | layout | N | build s (%d replicas) | size built | size final | of which WAL | files | space amp | warm open ms | warm iterate ms | cold open ms | cold iterate ms | cold read_bytes MB | goroutines per replica |\n", max(c.steadyReplicas, c.replicas[len(c.replicas)-1]))
 	fmt.Fprintf(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	nrep := max(c.steadyReplicas, c.replicas[len(c.replicas)-1])
 	for _, r := range loads {
