@@ -28,7 +28,6 @@ type allocator struct {
 	hint    uint64   // no free slot below hint
 	epoch   uint64
 	pending []pendingSlot
-	inUse   uint64
 
 	// commitAt is how many pending slots make release signal kick (the
 	// store's background committer); 0 never does. Set before use.
@@ -51,10 +50,7 @@ func (a *allocator) set(p uint64) {
 	for uint64(len(a.used)) <= w {
 		a.used = append(a.used, 0)
 	}
-	if a.used[w]&(1<<(p%64)) == 0 {
-		a.used[w] |= 1 << (p % 64)
-		a.inUse++
-	}
+	a.used[w] |= 1 << (p % 64)
 	if p >= a.high {
 		a.high = p + 1
 	}
@@ -65,9 +61,8 @@ func (a *allocator) clearBit(p uint64) {
 		panic(fmt.Sprintf("chunkstore: freeing slot %d, which is free", p))
 	}
 	w := p / 64
-	if w < uint64(len(a.used)) && a.used[w]&(1<<(p%64)) != 0 {
+	if w < uint64(len(a.used)) {
 		a.used[w] &^= 1 << (p % 64)
-		a.inUse--
 	}
 	if p < a.hint {
 		a.hint = p
@@ -189,11 +184,4 @@ func (a *allocator) commitDone(e uint64) {
 	}
 	a.pending = keep
 	a.nPending.Store(int64(len(keep)))
-}
-
-// usage returns the slots in use and the high-water mark.
-func (a *allocator) usage() (inUse, high uint64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.inUse, a.high
 }

@@ -141,12 +141,3 @@ func pageUpdate(out, runs []pageRun, off, k int, nr *pageRun, gone func(slot uin
 	}
 	return out
 }
-
-// each calls fn for every run of the map.
-func (m *ownerMap) each(fn func(page uint64, r pageRun)) {
-	for page, runs := range m.pages {
-		for _, r := range runs {
-			fn(page, r)
-		}
-	}
-}
