@@ -23,6 +23,16 @@
 // with an explicit allow-any setting; the discovery subsystem admits any
 // host and lists, for each host, the subsystems that host may connect to.
 //
+// Everything can change while hosts are connected: AddNamespace and
+// RemoveNamespace tell the subsystem's controllers with a Namespace
+// Attribute Changed event (and the Changed Namespace List log); Listen,
+// StopListening, AddSubsystem, RemoveSubsystem and the allow-list
+// methods change the discovery log and tell discovery controllers with
+// a Discovery Log Page Change event, each to the controllers that
+// enabled it with Set Features (Asynchronous Event Configuration).
+// RemoveSubsystem and DisconnectHost end the controllers concerned;
+// StopListening leaves the connections made through the listener.
+//
 // A host's Connect on an admin queue creates a controller (the dynamic
 // controller model: CNTLID 1..FFEFh picked by the subsystem); Connects on
 // I/O queues naming that CNTLID attach queues to it. A controller holds

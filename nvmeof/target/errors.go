@@ -27,4 +27,8 @@ var (
 	ErrClosed = errors.New("target: closed")
 	// ErrListenerExists: Listen was given an address already listened on.
 	ErrListenerExists = errors.New("target: already listening there")
+	// ErrNoListener: StopListening was given an address not listened on.
+	ErrNoListener = errors.New("target: no listener there")
+	// ErrNoSubsystem: RemoveSubsystem was given an NQN of no NVM subsystem.
+	ErrNoSubsystem = errors.New("target: no such subsystem")
 )

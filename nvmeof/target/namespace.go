@@ -101,6 +101,23 @@ func newNamespace(sub *Subsystem, cfg NamespaceConfig) (*Namespace, error) {
 	return ns, nil
 }
 
+// NamespaceStats are a namespace's I/O counters since it was added (the
+// SMART / Health log reports them too).
+type NamespaceStats struct {
+	ReadCommands, WriteCommands uint64
+	BytesRead, BytesWritten     uint64
+}
+
+// Stats returns the namespace's I/O counters.
+func (ns *Namespace) Stats() NamespaceStats {
+	return NamespaceStats{
+		ReadCommands:  ns.readCommands.Load(),
+		WriteCommands: ns.writeCommands.Load(),
+		BytesRead:     ns.bytesRead.Load(),
+		BytesWritten:  ns.bytesWritten.Load(),
+	}
+}
+
 // NSID returns the namespace ID.
 func (ns *Namespace) NSID() uint32 { return ns.nsid }
 

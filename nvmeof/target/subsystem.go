@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/capsule-storage/capsule/nvmeof"
 )
@@ -51,6 +52,7 @@ type Subsystem struct {
 	hosts       map[string]struct{}
 	controllers map[uint16]*controller
 	nextCNTLID  uint16
+	removed     bool // RemoveSubsystem ran: no new controllers
 }
 
 func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) (*Subsystem, error) {
@@ -231,6 +233,67 @@ func (s *Subsystem) Namespaces() []*Namespace {
 	return out
 }
 
+// DisconnectHost ends every controller the host has with the subsystem
+// (their queues are disconnected; the host may reconnect if it is still
+// allowed) and returns how many it ended.
+func (s *Subsystem) DisconnectHost(hostNQN string) int {
+	s.mu.Lock()
+	var ends []*controller
+	for _, c := range s.controllers {
+		if c.hostNQN == hostNQN {
+			ends = append(ends, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range ends {
+		c.destroy("host removed from the subsystem")
+	}
+	return len(ends)
+}
+
+// AllowAnyHost reports whether any host may connect.
+func (s *Subsystem) AllowAnyHost() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.allowAny
+}
+
+// Hosts returns the allow-list, sorted.
+func (s *Subsystem) Hosts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.hosts))
+	for h := range s.hosts {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ControllerInfo describes a live controller of a subsystem.
+type ControllerInfo struct {
+	CNTLID    uint16
+	HostNQN   string
+	HostID    [16]byte
+	IOQueues  int           // I/O queues connected now
+	KeepAlive time.Duration // KATO; 0 for none
+}
+
+// ControllerInfos returns the live controllers, by CNTLID.
+func (s *Subsystem) ControllerInfos() []ControllerInfo {
+	s.mu.Lock()
+	ctrls := s.controllerListLocked()
+	s.mu.Unlock()
+	out := make([]ControllerInfo, 0, len(ctrls))
+	for _, c := range ctrls {
+		c.mu.Lock()
+		out = append(out, ControllerInfo{CNTLID: c.cntlid, HostNQN: c.hostNQN, HostID: c.hostID, IOQueues: c.ioCount, KeepAlive: c.kato})
+		c.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CNTLID < out[j].CNTLID })
+	return out
+}
+
 // Controllers returns how many controllers the subsystem has now.
 func (s *Subsystem) Controllers() int {
 	s.mu.Lock()
@@ -251,6 +314,9 @@ func (s *Subsystem) controllerListLocked() []*controller {
 func (s *Subsystem) allocCNTLID(c *controller) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.removed {
+		return false
+	}
 	for range int(nvmeof.MaxCNTLID) {
 		id := s.nextCNTLID
 		s.nextCNTLID++

@@ -36,6 +36,7 @@ type Target struct {
 	subsystems map[string]*Subsystem
 	order      []*Subsystem // NVM subsystems in the order they were added
 	listeners  []listener
+	nextPortID uint16              // PORTID of the next listener; never reused
 	queues     map[*queue]struct{} // live queues, connected or not
 	closed     bool
 
@@ -149,7 +150,8 @@ func (t *Target) Listen(ctx context.Context, url string) (string, error) {
 			return "", fmt.Errorf("%w: %s", ErrListenerExists, url)
 		}
 	}
-	portID := uint16(len(t.listeners) + 1)
+	t.nextPortID++
+	portID := t.nextPortID
 	t.mu.Unlock()
 
 	var l listener
@@ -173,6 +175,63 @@ func (t *Target) Listen(ctx context.Context, url string) (string, error) {
 	t.discoveryChanged()
 	t.log.Info("listening", "url", l.url())
 	return l.url(), nil
+}
+
+// StopListening closes the listener whose address (as Listen returned
+// it) is url: it accepts no more connections, and the discovery log no
+// longer lists it (discovery controllers that asked are told with a
+// Discovery Log Page Change event). Connections made through it stay.
+func (t *Target) StopListening(url string) error {
+	t.mu.Lock()
+	i := slices.IndexFunc(t.listeners, func(l listener) bool { return l.url() == url })
+	if i < 0 {
+		t.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrNoListener, url)
+	}
+	l := t.listeners[i]
+	t.listeners = slices.Delete(t.listeners, i, i+1)
+	t.mu.Unlock()
+	err := l.close()
+	t.discoveryChanged()
+	t.log.Info("stopped listening", "url", url)
+	if err != nil {
+		return fmt.Errorf("target: closing listener %s: %w", url, err)
+	}
+	return nil
+}
+
+// RemoveSubsystem removes an NVM subsystem: hosts can no longer connect
+// to it, its controllers are disconnected, the discovery log drops it
+// (discovery controllers that asked are told), and its namespaces are
+// synced and returned in NSID order; the caller owns their devices again.
+// Commands already running finish on them, as with RemoveNamespace.
+func (t *Target) RemoveSubsystem(nqn string) ([]*Namespace, error) {
+	t.mu.Lock()
+	s := t.subsystems[nqn]
+	if s == nil {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s", ErrNoSubsystem, nqn)
+	}
+	delete(t.subsystems, nqn)
+	t.order = slices.DeleteFunc(t.order, func(x *Subsystem) bool { return x == s })
+	t.mu.Unlock()
+	s.mu.Lock()
+	s.removed = true
+	ctrls := s.controllerListLocked()
+	s.mu.Unlock()
+	for _, c := range ctrls {
+		c.destroy("subsystem removed")
+	}
+	t.discoveryChanged()
+	ns := s.Namespaces()
+	var errs []error
+	for _, n := range ns {
+		if err := n.dev.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("target: sync of %s namespace %d: %w", nqn, n.nsid, err))
+		}
+	}
+	t.log.Info("subsystem removed", "subnqn", nqn, "controllers", len(ctrls), "namespaces", len(ns))
+	return ns, errors.Join(errs...)
 }
 
 // Listeners returns the addresses the target listens on.
