@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,9 +18,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/capsule-storage/capsule/chunkstore"
-	"github.com/capsule-storage/capsule/internal/ecvolume"
+	"github.com/capsule-storage/capsule/fs/server"
+	"github.com/capsule-storage/capsule/internal/admin"
 	"github.com/capsule-storage/capsule/nvmeof"
-	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 	"github.com/capsule-storage/capsule/nvmeof/target"
 	"github.com/capsule-storage/capsule/rdma"
 )
@@ -88,6 +87,15 @@ type serveConfig struct {
 	// ScrubInterval is the time from the end of one full scrub pass to
 	// the start of the next.
 	ScrubInterval time.Duration
+
+	// RPCSocket is the admin socket's path; "" is DATA/capsule.sock.
+	RPCSocket string
+	// ConfigFile is a JSON config in save_config's shape to start from,
+	// in place of the flags that describe the target; "" for none.
+	ConfigFile string
+	// SubsystemFlags names the flags given that describe the target
+	// (subsystemFlags): they conflict with ConfigFile and a state file.
+	SubsystemFlags []string
 }
 
 // namespaceSpec is one --namespace: mem:SIZE, file:PATH[:SIZE] or
@@ -250,6 +258,13 @@ func (c *serveConfig) Validate() error {
 			return fmt.Errorf("--scrub-interval %s: want a positive duration, such as 24h", c.ScrubInterval)
 		}
 	}
+	if c.ConfigFile != "" && len(c.SubsystemFlags) > 0 {
+		return fmt.Errorf("--config %s describes the target: leave out --%s", c.ConfigFile, strings.Join(c.SubsystemFlags, ", --"))
+	}
+	if _, err := os.Stat(c.statePath()); err == nil && c.ConfigFile == "" && len(c.SubsystemFlags) > 0 {
+		return fmt.Errorf("%s holds the state of changes made over the admin socket: start without --%s, "+
+			"or with --config FILE, or remove it", c.statePath(), strings.Join(c.SubsystemFlags, ", --"))
+	}
 	if len(c.AllowHosts) == 0 && !c.AllowAnyHost {
 		for _, u := range c.Listeners {
 			if !localListener(u) {
@@ -355,6 +370,8 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			&cli.StringSliceFlag{Name: "allow-host", Usage: "host NQN allowed to connect (repeatable)"},
 			&cli.BoolFlag{Name: "allow-any-host", Usage: "let every host connect, on any listener"},
 			&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "logical block size of the namespaces: 512 or 4096"},
+			&cli.StringFlag{Name: "rpc-socket", Usage: "serve JSON-RPC 2.0 (SPDK's rpc.py works) on the Unix socket `PATH`, mode 0600 (default: DATA/" + socketFileName + ")"},
+			&cli.StringFlag{Name: "config", Usage: "start from the JSON config `FILE` (save_config's shape) in place of --listen, --namespace, --nqn and the host flags"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -389,6 +406,13 @@ func serveConfigFromFlags(c *cli.Context) (serveConfig, error) {
 		Devices:       c.StringSlice("device"),
 		ScrubInterval: c.Duration("scrub-interval"),
 		FS:            c.String("fs"),
+		RPCSocket:     c.String("rpc-socket"),
+		ConfigFile:    c.String("config"),
+	}
+	for _, f := range subsystemFlags {
+		if c.IsSet(f) {
+			cfg.SubsystemFlags = append(cfg.SubsystemFlags, f)
+		}
 	}
 	for _, s := range c.StringSlice("namespace") {
 		ns, err := parseNamespaceSpec(s)
@@ -411,70 +435,102 @@ func serveConfigFromFlags(c *cli.Context) (serveConfig, error) {
 }
 
 // serve runs the target until ctx ends, then drains, flushes and closes:
-// the scrubber stops, the target finishes the commands in flight and
-// syncs every namespace, and the erasure-coded store is closed (a final
-// Sync, then the devices).
+// the admin socket closes, the scrubber stops, the target finishes the
+// commands in flight and syncs every namespace, and the erasure-coded
+// store is closed (a final Sync, then the devices).
+//
+// What it serves comes from --config FILE, else from DATA/capsule.json
+// (the changes made over the admin socket), else from the flags
+// (config.go); the whole configuration is checked before anything is
+// created.
 func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	log := slog.Default()
-	var store *chunkstore.Store
-	if cfg.hasEC() {
-		if store, err = openServeStore(cfg, log); err != nil {
-			return err
-		}
-		defer func() {
-			if cerr := store.Close(); cerr != nil {
-				log.Error("closing the erasure-coded store", "err", cerr)
-				if err == nil {
-					err = fmt.Errorf("closing the erasure-coded store: %w", cerr)
-				}
-				return
-			}
-			log.Info("erasure-coded store synced and closed")
-		}()
+	start, save, err := startConfig(cfg)
+	if err != nil {
+		return err
 	}
+	var store *chunkstore.Store
+	defer func() {
+		if store == nil {
+			return
+		}
+		if cerr := store.Close(); cerr != nil {
+			log.Error("closing the erasure-coded store", "err", cerr)
+			if err == nil {
+				err = fmt.Errorf("closing the erasure-coded store: %w", cerr)
+			}
+			return
+		}
+		log.Info("erasure-coded store synced and closed")
+	}()
 	t, err := target.New(target.WithLogger(log))
 	if err != nil {
 		return err
 	}
+	svc, err := admin.NewService(admin.Options{
+		Context: ctx,
+		Target:  t,
+		OpenStore: func() (*chunkstore.Store, error) {
+			s, err := openServeStore(cfg, log)
+			if err == nil {
+				store = s
+			}
+			return s, err
+		},
+		OpenFS: func(name string, s *chunkstore.Store) (*server.Server, error) {
+			return openFileNamespace(name, cfg.DataDir, s, log)
+		},
+		DataDir:   cfg.DataDir,
+		StatePath: cfg.statePath(),
+		BlockSize: cfg.BlockSize,
+		Logger:    log.With("component", "admin"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { // after the target's Close: the devices no namespace holds
+		if cerr := svc.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 	defer func() {
 		if cerr := t.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	sub, err := t.AddSubsystem(target.SubsystemConfig{NQN: cfg.NQN, AllowAnyHost: cfg.AllowAnyHost, Hosts: cfg.AllowHosts})
+	if err := svc.Check(start); err != nil {
+		return configError(cfg, err)
+	}
+	if err := svc.Load(start, save); err != nil {
+		return configError(cfg, err)
+	}
+	rpcSrv := admin.NewServer(log.With("component", "rpc"))
+	svc.Register(rpcSrv)
+	sock := cfg.socketPath()
+	if cfg.RPCSocket == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return fmt.Errorf("--data %s: %w", cfg.DataDir, err)
+		}
+	}
+	ln, err := admin.ListenUnix(sock)
 	if err != nil {
-		return err
+		return fmt.Errorf("--rpc-socket %s: %w", sock, err)
 	}
-	for i, spec := range cfg.Namespaces {
-		dev, err := openNamespace(spec, cfg.DataDir, store)
-		if err != nil {
-			return fmt.Errorf("namespace %s: %w", spec, err)
+	rpcDone := make(chan struct{})
+	go func() {
+		defer close(rpcDone)
+		if err := rpcSrv.Serve(ln); err != nil {
+			log.Error("admin socket stopped", "err", err)
 		}
-		if _, err := sub.AddNamespace(target.NamespaceConfig{NSID: uint32(i + 1), Device: dev, BlockSize: cfg.BlockSize}); err != nil {
-			if c, ok := dev.(io.Closer); ok {
-				c.Close()
-			}
-			return fmt.Errorf("namespace %s: %w", spec, err)
-		}
-	}
-	if store != nil && cfg.FS != "" {
-		fsrv, err := openFileNamespace(cfg.FS, cfg.DataDir, store, log)
-		if err != nil {
-			return err
-		}
-		if _, err := sub.AddNamespace(target.NamespaceConfig{NSID: uint32(len(cfg.Namespaces) + 1), Vendor: fsrv}); err != nil {
-			fsrv.Close()
-			return fmt.Errorf("file namespace %s: %w", cfg.FS, err)
-		}
-	}
-	for _, u := range cfg.Listeners {
-		if _, err := t.Listen(ctx, u); err != nil {
-			return err
-		}
-	}
+	}()
+	defer func() {
+		rpcSrv.Close()
+		<-rpcDone
+		os.Remove(sock)
+	}()
 	if store != nil {
 		sc := &backgroundScrub{
 			store:    store,
@@ -490,11 +546,28 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 		sc.trigger = usr1
 		defer sc.start(ctx)() // stops before the target closes
 	}
-	fmt.Fprintf(out, "capsule target ready listeners=%s nqn=%s discovery=%s\n",
-		strings.Join(t.Listeners(), ","), cfg.NQN, nvmeof.DiscoveryNQN)
+	nqn := ""
+	if subs := t.Subsystems(); len(subs) > 0 {
+		nqn = subs[0].NQN()
+	}
+	fmt.Fprintf(out, "capsule target ready listeners=%s nqn=%s discovery=%s rpc=%s\n",
+		strings.Join(t.Listeners(), ","), nqn, nvmeof.DiscoveryNQN, sock)
 	<-ctx.Done()
 	log.Info("signal received: draining")
 	return nil
+}
+
+// configError says where a configuration that failed came from.
+func configError(cfg serveConfig, err error) error {
+	switch {
+	case cfg.ConfigFile != "":
+		return fmt.Errorf("--config %s: %w", cfg.ConfigFile, err)
+	case len(cfg.SubsystemFlags) == 0:
+		if _, serr := os.Stat(cfg.statePath()); serr == nil {
+			return fmt.Errorf("state file %s: %w", cfg.statePath(), err)
+		}
+	}
+	return err
 }
 
 // openServeStore opens the erasure-coded store of the ec: namespaces, or
@@ -535,25 +608,6 @@ func openServeStore(cfg serveConfig, log *slog.Logger) (*chunkstore.Store, error
 		}
 	}
 	return s, nil
-}
-
-// openNamespace opens the device of one namespace; ec namespaces are
-// volumes of store.
-func openNamespace(spec namespaceSpec, dataDir string, store *chunkstore.Store) (blockdev.Device, error) {
-	switch spec.Kind {
-	case "mem":
-		return blockdev.NewMemory(spec.Size)
-	case "ec":
-		return ecvolume.OpenOrCreate(store, spec.Name, spec.Size)
-	}
-	path := spec.Path
-	if !filepath.IsAbs(path) {
-		if err := os.MkdirAll(dataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("--data %s: %w", dataDir, err)
-		}
-		path = filepath.Join(dataDir, path)
-	}
-	return blockdev.OpenFile(path, spec.Size)
 }
 
 // backgroundScrub is serve's scrubber. Two loops run beside the I/O, each

@@ -106,14 +106,15 @@ func TestServeFlags(t *testing.T) {
 		DataDir:   "/srv/capsule",
 		Namespaces: []namespaceSpec{{Kind: "mem", Size: 512 << 20}, {Kind: "file", Path: "disk.img", Size: 1 << 30},
 			{Kind: "ec", Name: "vol1", Size: 2 << 30}},
-		FS:            "files",
-		NQN:           "nqn.2026-11.io.capsule:box",
-		AllowHosts:    []string{"nqn.2014-08.org.nvmexpress:uuid:1", "nqn.2014-08.org.nvmexpress:uuid:2"},
-		BlockSize:     4096,
-		Geometry:      chunkstore.Geometry{Data: 2, Parity: 1},
-		Devices:       []string{"/d0", "/d1", "/d2"},
-		ScrubRate:     100 << 20,
-		ScrubInterval: time.Hour,
+		FS:             "files",
+		NQN:            "nqn.2026-11.io.capsule:box",
+		AllowHosts:     []string{"nqn.2014-08.org.nvmexpress:uuid:1", "nqn.2014-08.org.nvmexpress:uuid:2"},
+		BlockSize:      4096,
+		Geometry:       chunkstore.Geometry{Data: 2, Parity: 1},
+		Devices:        []string{"/d0", "/d1", "/d2"},
+		ScrubRate:      100 << 20,
+		ScrubInterval:  time.Hour,
+		SubsystemFlags: []string{"listen", "namespace", "nqn", "allow-host"},
 	}, cfg, "an allow-list, so not any host")
 	assert.Equal(t, []string{"/d0", "/d1", "/d2"}, cfg.storeDirs())
 
