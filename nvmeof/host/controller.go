@@ -125,6 +125,9 @@ type Controller struct {
 	// background counts associations being closed after a loss without
 	// reconnecting; Close waits for them before it closes the PD.
 	background sync.WaitGroup
+	// events counts the event loops (events.go); Close waits for them
+	// after it has closed the association they wait on.
+	events sync.WaitGroup
 }
 
 // association is one connection to the controller: the admin queue, the
@@ -137,8 +140,9 @@ type association struct {
 	cap         nvmeof.CAP
 	vs          nvmeof.Version
 	id          nvmeof.IdentifyController
-	maxTransfer int // bytes per command
-	icd         int // in-capsule data bytes per command
+	maxTransfer int  // bytes per command
+	icd         int  // in-capsule data bytes per command
+	events      bool // Asynchronous Event Configuration was set: run eventLoop
 }
 
 // close tears down every queue; requests in flight go to the controller.
@@ -201,6 +205,7 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Controller, error) 
 	c.live.Store(a)
 	c.mu.Unlock()
 	go c.timerLoop()
+	c.startEvents(a)
 	// A queue that failed before the association was live found no live
 	// association to declare lost; declare it now (c.fail does nothing
 	// if a queue's own report got there first).
@@ -316,6 +321,15 @@ func (c *Controller) connect(ctx context.Context) (a *association, err error) {
 	dw0, err := a.admin.setFeatures(ctx, nvmeof.FeatureNumberOfQueues, uint32(nq))
 	if err != nil {
 		return a, err
+	}
+	if c.cfg.onEvent != nil {
+		if a.id.OAES&uint32(nvmeof.AECNamespaceAttribute) == 0 {
+			c.log.Warn("nvmeof/host: the controller sends no Namespace Attribute Changed events (OAES)")
+		} else if _, err := a.admin.setFeatures(ctx, nvmeof.FeatureAsyncEventConfig, uint32(nvmeof.AECNamespaceAttribute)); err != nil {
+			return a, err
+		} else {
+			a.events = true
+		}
 	}
 	got := nvmeof.NumberOfQueues(dw0)
 	n := min(got.SubmissionQueues(), got.CompletionQueues(), c.cfg.queues)
@@ -753,6 +767,7 @@ func (c *Controller) goLive(a *association) bool {
 	c.live.Store(a)
 	parked := c.takeParkedLocked()
 	c.mu.Unlock()
+	c.startEvents(a)
 	c.log.Info("nvmeof/host: reconnected", "cntlid", a.cntlid, "resubmitting", len(parked))
 	for _, r := range parked {
 		if r.ns != nil && r.ns.changed.Load() {
@@ -919,6 +934,7 @@ func (c *Controller) Close() error {
 	if a != nil {
 		a.close()
 	}
+	c.events.Wait()
 	c.mu.Lock()
 	parked := c.takeParkedLocked()
 	c.mu.Unlock()

@@ -275,8 +275,15 @@
 //     to read undefined.
 //   - Flush is sent even when the controller reports no volatile write
 //     cache; such a controller completes it at once.
-//   - Asynchronous Event Requests are not used; a namespace that changes
-//     size while connected is noticed only at a reconnect.
+//   - Asynchronous Event Requests are sent only with WithAsyncEvents
+//     (events.go): then one is kept outstanding on the admin queue, a
+//     Namespace Attribute Changed notice is cleared by reading the
+//     Changed Namespace List, the namespaces it names are identified
+//     again (a handle whose namespace is gone or changed fails with
+//     ErrNamespaceChanged), and the caller's function gets the NSIDs.
+//     Without it, a namespace that changes size while connected is
+//     noticed only at a reconnect. Discovery controllers ask for no
+//     events.
 //   - Discovery entries map to URLs by address family and transport:
 //     intra-host (ADRFAM FEh) to shm://TRADDR, RDMA with provider iWARP to
 //     iwarp://, other RDMA to rdma://, TCP with SECTYPE 0 to tcp:// (TLS

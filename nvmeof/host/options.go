@@ -68,6 +68,7 @@ type config struct {
 	inCapsule      bool
 	tcpDigest      nvmeof.TCPDigestTypes
 	logger         *slog.Logger
+	onEvent        func(AsyncEvent)
 	errs           []error
 }
 
@@ -241,6 +242,20 @@ func WithTCPDigests(header, data bool) Option {
 		if data {
 			c.tcpDigest |= nvmeof.TCPDataDigest
 		}
+	}
+}
+
+// WithAsyncEvents asks the controller for Namespace Attribute Changed
+// events and calls fn with each, on a goroutine of the Controller's,
+// one at a time (events.go). Without it no Asynchronous Event Request is
+// sent, and namespace changes are noticed at a reconnect only.
+func WithAsyncEvents(fn func(AsyncEvent)) Option {
+	return func(c *config) {
+		if fn == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: nil event handler", ErrInvalidOption))
+			return
+		}
+		c.onEvent = fn
 	}
 }
 
