@@ -95,10 +95,14 @@ func entryName(i, j int, method string) string {
 	return fmt.Sprintf("subsystems[%d].config[%d] (%s)", i, j, method)
 }
 
-// writeFileAtomic replaces path with data: a temporary file beside it,
+// writeFileAtomic replaces path with data (making its directory): a
+// temporary file beside it,
 // synced, renamed over it, and the directory synced.
 func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
