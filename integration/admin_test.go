@@ -214,11 +214,15 @@ func TestAdminSocket(t *testing.T) {
 			State string `json:"state"`
 		} `json:"devices"`
 		Stats map[string]any `json:"stats"`
+		Scrub struct {
+			State string `json:"state"`
+		} `json:"scrub"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(mustRPC(t, sock, "store_get_status")), &status))
 	assert.Equal(t, "2+1", status.Geometry)
 	assert.Len(t, status.Devices, 3)
 	assert.Contains(t, status.Stats, "write_amplification")
+	assert.Equal(t, "off", status.Scrub.State, "--scrub-rate 0")
 	before := mustRPC(t, sock, "save_config")
 	require.NoError(t, c.Close())
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -453,6 +454,7 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 		return err
 	}
 	var store *chunkstore.Store
+	var scrubber atomic.Pointer[backgroundScrub] // once the store is open and serve runs
 	defer func() {
 		if store == nil {
 			return
@@ -486,7 +488,13 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 		DataDir:   cfg.DataDir,
 		StatePath: cfg.statePath(),
 		BlockSize: cfg.BlockSize,
-		Logger:    log.With("component", "admin"),
+		ScrubStatus: func() any {
+			if sc := scrubber.Load(); sc != nil {
+				return sc.Status()
+			}
+			return scrubStatus{State: "off"}
+		},
+		Logger: log.With("component", "admin"),
 	})
 	if err != nil {
 		return err
@@ -545,6 +553,7 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 		defer signal.Stop(usr1)
 		sc.trigger = usr1
 		defer sc.start(ctx)() // stops before the target closes
+		scrubber.Store(sc)
 	}
 	nqn := ""
 	if subs := t.Subsystems(); len(subs) > 0 {
@@ -624,6 +633,46 @@ type backgroundScrub struct {
 	poll            time.Duration
 	trigger         <-chan os.Signal // a full pass now; nil: never
 	log             *slog.Logger
+
+	mu     sync.Mutex // guards status
+	status scrubStatus
+}
+
+// scrubStatus is what store_get_status reports as "scrub".
+type scrubStatus struct {
+	State    string     `json:"state"` // "off", "waiting" or "running"
+	Passes   int        `json:"passes"`
+	Stripes  int64      `json:"stripes,omitempty"` // of the pass running: to do in all
+	Done     int64      `json:"done,omitempty"`    // and done so far
+	Started  *time.Time `json:"started,omitempty"`
+	LastPass *scrubPass `json:"last_pass,omitempty"`
+	Rate     int64      `json:"bytes_per_second"`
+}
+
+// scrubPass is the outcome of a finished full pass.
+type scrubPass struct {
+	Finished      time.Time `json:"finished"`
+	Seconds       float64   `json:"seconds"`
+	Checked       int64     `json:"checked"`
+	Damaged       int64     `json:"damaged"`
+	Repaired      int64     `json:"repaired"`
+	Unrecoverable int64     `json:"unrecoverable"`
+	Degraded      int64     `json:"degraded"`
+	Error         string    `json:"error,omitempty"`
+}
+
+// Status is the scrubber's state now.
+func (b *backgroundScrub) Status() any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.status
+	st.Rate = b.rate
+	if b.rate <= 0 {
+		st.State = "off"
+	} else if st.State == "" {
+		st.State = "waiting"
+	}
+	return st
 }
 
 // start runs the loops until ctx ends or the returned stop is called;
@@ -668,8 +717,24 @@ func (b *backgroundScrub) passes(ctx context.Context) {
 			b.log.Info("SIGUSR1: full scrub pass now")
 		}
 		start := time.Now()
-		rep, err := b.store.Scrub(ctx, chunkstore.ScrubOptions{BytesPerSecond: b.rate})
-		b.report(ctx, "scrub pass", rep, err, time.Since(start))
+		b.mu.Lock()
+		b.status.State, b.status.Started, b.status.Stripes, b.status.Done = "running", &start, 0, 0
+		b.mu.Unlock()
+		rep, err := b.store.Scrub(ctx, chunkstore.ScrubOptions{BytesPerSecond: b.rate, Progress: func(p chunkstore.Progress) {
+			b.mu.Lock()
+			b.status.Stripes, b.status.Done = p.Stripes, p.Done
+			b.mu.Unlock()
+		}})
+		took := time.Since(start)
+		b.report(ctx, "scrub pass", rep, err, took)
+		pass := &scrubPass{Finished: time.Now().UTC(), Seconds: took.Seconds(), Checked: rep.Checked, Damaged: rep.Damaged,
+			Repaired: rep.Repaired, Unrecoverable: rep.Unrecoverable, Degraded: rep.Degraded}
+		if err != nil {
+			pass.Error = err.Error()
+		}
+		b.mu.Lock()
+		b.status = scrubStatus{State: "waiting", Passes: b.status.Passes + 1, LastPass: pass}
+		b.mu.Unlock()
 		next.Reset(b.interval)
 	}
 }

@@ -96,8 +96,8 @@ func entryName(i, j int, method string) string {
 }
 
 // writeFileAtomic replaces path with data (making its directory): a
-// temporary file beside it,
-// synced, renamed over it, and the directory synced.
+// temporary file beside it, synced, renamed over it, and the directory
+// synced.
 func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
