@@ -346,7 +346,15 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			"\n" +
 			"Any host may connect when every listener is on loopback or shm and no --allow-host is\n" +
 			"given; otherwise only the --allow-host NQNs (or everyone, with --allow-any-host).\n" +
-			"Once every listener is up it prints one line, `capsule target ready listeners=... nqn=...`.\n" +
+			"\n" +
+			"The admin socket (--rpc-socket, DATA/" + socketFileName + " by default, mode 0600) serves JSON-RPC 2.0 with\n" +
+			"SPDK's nvmf_* methods, so SPDK's rpc.py works against it, and capsule's own (`target rpc --help`).\n" +
+			"Changes apply live (hosts are told by Asynchronous Event) and are written to DATA/" + stateFileName + "\n" +
+			"in save_config's shape; a later start without --listen, --namespace, --fs, --nqn or the host flags\n" +
+			"comes back to that state. --config FILE starts from a file of that shape instead of those flags;\n" +
+			"a bad one fails, naming the entry at fault, before anything is created.\n" +
+			"\n" +
+			"Once every listener is up it prints one line, `capsule target ready listeners=... nqn=... rpc=...`.\n" +
 			"SIGINT or SIGTERM: finish the commands in flight, flush the namespaces, close the store,\n" +
 			"exit 0.\n\n" +
 			"Example: target serve --listen iwarp://0.0.0.0:4420 --namespace ec:vol0:100GiB \\\n" +
