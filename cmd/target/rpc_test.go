@@ -88,7 +88,7 @@ func TestServeConfigFile(t *testing.T) {
 	cfg.ConfigFile = write("bad.json", bad)
 	err := serve(context.Background(), io.Discard, cfg)
 	require.Error(t, err)
-	assert.Equal(t, "--config "+cfg.ConfigFile+`: subsystems[1].config[2] (nvmf_subsystem_add_ns): no bdev (volume) named "nope"`, err.Error())
+	assert.Equal(t, "--config "+cfg.ConfigFile+`: subsystems[1].config[2] (nvmf_subsystem_add_ns): no bdev (volume) named "nope" (volume_create makes one, or opens one of the store's)`, err.Error())
 	_, err = os.Stat(cfg.DataDir)
 	assert.ErrorIs(t, err, os.ErrNotExist, "a bad config creates nothing")
 

@@ -253,9 +253,10 @@ type volumeDelete struct {
 }
 
 func (c *volumeDelete) check(m *model, _ *Service) error {
-	b := m.bdev(c.Name)
-	if b == nil || b.Kind != kindVolume {
-		return invalid("no volume %q", c.Name)
+	// A volume of the store that no bdev names (one an earlier start's
+	// flags made) may be deleted too; apply finds out whether it exists.
+	if b := m.bdev(c.Name); b != nil && b.Kind != kindVolume {
+		return invalid("%q is a %s bdev, not a volume", c.Name, b.Kind)
 	}
 	if nqn, nsid, ok := m.user(c.Name); ok {
 		return invalid("volume %q is namespace %d of %s: remove the namespace first", c.Name, nsid, nqn)
@@ -431,7 +432,7 @@ func (c *addNS) check(m *model, _ *Service) error {
 	}
 	b := m.bdev(ns.BdevName)
 	if b == nil {
-		return invalid("no bdev (volume) named %q", ns.BdevName)
+		return invalid("no bdev (volume) named %q (volume_create makes one, or opens one of the store's)", ns.BdevName)
 	}
 	if nqn, nsid, ok := m.user(ns.BdevName); ok {
 		return invalid("%q is already namespace %d of %s", ns.BdevName, nsid, nqn)

@@ -321,7 +321,9 @@ func (c *volumeDelete) apply(sv *Service, _ *model) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.DeleteVolume(c.Name); err != nil && !errors.Is(err, chunkstore.ErrNotFound) {
+	if err := s.DeleteVolume(c.Name); errors.Is(err, chunkstore.ErrNotFound) {
+		return nil, invalid("no volume %q", c.Name)
+	} else if err != nil {
 		return nil, invalid("volume %q: %v", c.Name, err)
 	}
 	delete(sv.devs, c.Name)

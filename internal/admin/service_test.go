@@ -77,7 +77,7 @@ func TestBadConfig(t *testing.T) {
 		{`{"subsystems":[{"subsystem":"capsule","config":[{"method":"volume_create","params":{"name":"v","size":"1MiB"}}]},
 		  {"subsystem":"nvmf","config":[{"method":"nvmf_create_subsystem","params":{"nqn":"nqn.2026-11.io.capsule:a"}},
 		  {"method":"nvmf_subsystem_add_ns","params":{"nqn":"nqn.2026-11.io.capsule:a","namespace":{"bdev_name":"w"}}}]}]}`,
-			`subsystems[1].config[1] (nvmf_subsystem_add_ns): no bdev (volume) named "w"`},
+			`subsystems[1].config[1] (nvmf_subsystem_add_ns): no bdev (volume) named "w" (volume_create`},
 		{`{"subsystems":[{"subsystem":"nvmf","config":[{"method":"nvmf_create_subsystem","params":{"nqn":"nqn.2026-11.io.capsule:a","colour":1}}]}]}`,
 			`subsystems[0].config[0] (nvmf_create_subsystem): invalid parameters: unknown parameter "colour"`},
 		{`{"subsystems":[{"subsystem":"nvmf","config":[{"method":"nvmf_subsystem_add_listener","params":{"nqn":"nqn.2014-08.org.nvmexpress.discovery","listen_address":{"trtype":"TCP","traddr":"127.0.0.1","trsvcid":"http"}}}]}]}`,
