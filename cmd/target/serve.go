@@ -533,6 +533,9 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 	}
 	ln, err := admin.ListenUnix(sock)
 	if err != nil {
+		if errors.Is(err, admin.ErrSocketPath) {
+			return fmt.Errorf("--rpc-socket: %w; give a shorter path", err)
+		}
 		return fmt.Errorf("--rpc-socket %s: %w", sock, err)
 	}
 	rpcDone := make(chan struct{})

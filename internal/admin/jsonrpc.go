@@ -196,10 +196,17 @@ func (s *Server) Methods() []string {
 	return out
 }
 
+// maxSocketPath is the longest path a Unix socket address holds (108
+// bytes of sun_path on Linux, one of them the terminating NUL).
+const maxSocketPath = 107
+
 // ListenUnix listens on a Unix stream socket at path with mode 0600. A
 // socket file left by a process that is gone is replaced; one that
 // answers is not (ErrSocketInUse).
 func ListenUnix(path string) (net.Listener, error) {
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("%w: %s is %d bytes, and a Unix socket's path holds at most %d", ErrSocketPath, path, len(path), maxSocketPath)
+	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, fmt.Errorf("%w: %s is not a socket", ErrSocketInUse, path)

@@ -189,3 +189,8 @@ func TestUnixSocket(t *testing.T) {
 	require.NoError(t, err)
 	ln.Close()
 }
+
+func TestListenUnixPathTooLong(t *testing.T) {
+	_, err := ListenUnix(filepath.Join(t.TempDir(), strings.Repeat("s", 120)))
+	require.ErrorIs(t, err, ErrSocketPath)
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/target"
 )
@@ -238,7 +239,7 @@ func (c *volumeCreate) check(m *model, sv *Service) error {
 	if err := checkBlockSize(c.BlockSize); err != nil {
 		return err
 	}
-	if c.Size <= 0 || c.Size > 1<<50 {
+	if c.Size <= 0 || c.Size > chunkstore.MaxVolumeSize {
 		return invalid("volume %q: size %d: want above zero and at most 1 PiB", c.Name, c.Size)
 	}
 	if int64(c.Size)%int64(c.BlockSize) != 0 {
