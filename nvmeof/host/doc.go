@@ -10,8 +10,24 @@
 //	ns, err := c.Namespace(1)
 //	n, err := ns.ReadAt(buf, off)
 //
-// The program links the providers in (import rdma/providers) for RDMA
-// URLs; tcp:// needs nothing.
+// The package links the software RDMA providers in (providers.go:
+// iwarp://, shm://, and rdma://, which is the cgo verbs provider when
+// built with -tags rdma), so a program needs no import beyond this one;
+// tcp:// is the package's own. The fault wrapper (fault+SCHEME://) comes
+// with an import of rdma/fault or rdma/providers.
+//
+// # Identity
+//
+// A host presents the machine's identity (identity.go, SystemIdentity),
+// the same in every process, as nvme-cli does: the host NQN from
+// /etc/nvme/hostnqn when that file exists, else the UUID-form NQN
+// "nqn.2014-08.org.nvmexpress:uuid:UUID" with a version 5 (name-based)
+// UUID of /etc/machine-id, so that a target's allow-list can name the
+// machine without the machine ID being disclosed. The Host Identifier is
+// /etc/nvme/hostid, else the NQN's UUID, else the same derivation.
+// WithHostNQN and WithHostID override them. A machine with none of these
+// files gets a random identity per process (logged as a warning); a file
+// that is present but invalid makes Dial fail with ErrInvalidOption.
 //
 // # Transports
 //

@@ -1,11 +1,9 @@
 package host
 
 import (
-	"crypto/rand"
 	"fmt"
 	"log/slog"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/capsule-storage/capsule/nvmeof"
@@ -85,7 +83,8 @@ func WithSubsystem(nqn string) Option {
 }
 
 // WithHostNQN sets the host NQN the Connect commands carry. The default
-// is "nqn.2014-08.org.nvmexpress:uuid:" followed by the host ID.
+// is the machine's (SystemIdentity): the NQN in /etc/nvme/hostnqn, or
+// one derived from /etc/machine-id, the same for every process.
 func WithHostNQN(nqn string) Option {
 	return func(c *config) {
 		if err := nvmeof.ValidateNQN(nqn); err != nil {
@@ -95,9 +94,9 @@ func WithHostNQN(nqn string) Option {
 	}
 }
 
-// WithHostID sets the 128-bit host identifier (HOSTID). The default is a
-// random identifier made once per process, so every controller of the
-// process presents the same one.
+// WithHostID sets the 128-bit host identifier (HOSTID). The default is
+// the machine's (SystemIdentity): /etc/nvme/hostid, the UUID of a
+// UUID-form host NQN, or one derived from /etc/machine-id.
 func WithHostID(id [16]byte) Option {
 	return func(c *config) { c.hostID, c.hostIDSet = id, true }
 }
@@ -294,34 +293,23 @@ func newConfig(opts []Option) (config, error) {
 	if len(c.errs) > 0 {
 		return c, c.errs[0]
 	}
-	if !c.hostIDSet {
-		c.hostID = processHostID()
-	}
-	if c.hostNQN == "" {
-		c.hostNQN = "nqn.2014-08.org.nvmexpress:uuid:" + uuidString(c.hostID)
+	if !c.hostIDSet || c.hostNQN == "" {
+		id, err := SystemIdentity()
+		if err != nil {
+			return c, fmt.Errorf("%w: the machine's host identity: %w (fix the file, or set WithHostNQN and WithHostID)", ErrInvalidOption, err)
+		}
+		if id.Source == "random" {
+			c.logger.Warn("nvmeof/host: no " + HostNQNFile + " and no " + MachineIDFile + ": this process presents a random host NQN")
+		}
+		if !c.hostIDSet {
+			c.hostID = id.ID
+		}
+		if c.hostNQN == "" {
+			c.hostNQN = id.NQN
+		}
 	}
 	if c.queues > 65534 {
 		c.queues = 65534
 	}
 	return c, nil
-}
-
-var (
-	hostIDOnce sync.Once
-	hostID     [16]byte
-)
-
-// processHostID returns the process's random host identifier, a version 4
-// UUID made on first use.
-func processHostID() [16]byte {
-	hostIDOnce.Do(func() {
-		rand.Read(hostID[:])
-		hostID[6] = hostID[6]&0x0f | 0x40
-		hostID[8] = hostID[8]&0x3f | 0x80
-	})
-	return hostID
-}
-
-func uuidString(u [16]byte) string {
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
