@@ -14,9 +14,9 @@ import (
 
 	"github.com/capsule-storage/capsule/fs/internal/proto"
 	"github.com/capsule-storage/capsule/nvmeof"
+	// Dial takes tcp://, iwarp://, shm:// (and rdma:// where built) URLs:
+	// nvmeof/host links the providers in.
 	"github.com/capsule-storage/capsule/nvmeof/host"
-	// Dial takes tcp://, iwarp://, shm:// (and rdma:// where built) URLs.
-	_ "github.com/capsule-storage/capsule/rdma/providers"
 )
 
 // Client is a connection to a file namespace of a capsule target. Its

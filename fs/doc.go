@@ -7,6 +7,7 @@
 //	import capfs "github.com/capsule-storage/capsule/fs"
 //	c, err := capfs.Dial(ctx, "iwarp://127.0.0.1:4420")
 //	fsys := c.FS()
+//	err = fsys.MkdirAll("notes", 0o755)
 //	f, err := fsys.Create("notes/today.txt")
 //	data, err := fsys.ReadFile("notes/today.txt")
 //
@@ -85,6 +86,8 @@
 //
 // # Libraries
 //
-// The standard library, capsule's nvmeof/host for the NVMe-oF host, and
-// the rdma providers it dials through (rdma/providers is linked in).
+// The standard library, and capsule's nvmeof/host for the NVMe-oF host,
+// which links in the RDMA providers it dials through (iwarp, shm, and
+// verbs where built with -tags rdma); fault+ URLs need rdma/fault
+// imported as well.
 package fs

@@ -184,7 +184,12 @@ func ParseURL(rawurl string) (Provider, string, error) {
 	p := providers[u.Scheme]
 	providersMu.RUnlock()
 	if p == nil {
-		return nil, "", fmt.Errorf("%w %q (registered: %v)", ErrUnknownScheme, u.Scheme, Schemes())
+		if s := Schemes(); len(s) > 0 {
+			return nil, "", fmt.Errorf("%w %q (registered: %v; importing rdma/providers links in every provider)", ErrUnknownScheme, u.Scheme, s)
+		}
+		return nil, "", fmt.Errorf("%w %q: no provider is linked into this program; "+
+			"import _ \"github.com/capsule-storage/capsule/rdma/providers\" (or one provider's package, e.g. rdma/iwarp)",
+			ErrUnknownScheme, u.Scheme)
 	}
 	return p, u.Host, nil
 }
