@@ -45,6 +45,9 @@ func (t *Target) discoveryLogPage(hostNQN string) []byte {
 				continue
 			}
 			for _, l := range listeners {
+				if !s.ListenerAllowed(l.url()) {
+					continue
+				}
 				e := l.entry()
 				e.SUBTYPE = nvmeof.SubsystemNVMe
 				e.SUBNQN = s.nqn

@@ -18,7 +18,10 @@
 //
 // A Target holds NVM subsystems by NQN and the discovery subsystem
 // (nqn.2014-08.org.nvmexpress.discovery). Every subsystem is reachable
-// through every listener. A subsystem has namespaces (NSID 1 to 1024,
+// through every listener, unless it was made with OwnListeners: then
+// only through those it names (SubsystemConfig.Listeners,
+// AllowListener), as a port serves the subsystems linked to it in SPDK
+// and Linux nvmet. The discovery subsystem is served on every listener. A subsystem has namespaces (NSID 1 to 1024,
 // 512- or 4096-byte blocks, on a blockdev.Device) and a host allow-list
 // with an explicit allow-any setting; the discovery subsystem admits any
 // host and lists, for each host, the subsystems that host may connect to.
@@ -26,8 +29,8 @@
 // Everything can change while hosts are connected: AddNamespace and
 // RemoveNamespace tell the subsystem's controllers with a Namespace
 // Attribute Changed event (and the Changed Namespace List log); Listen,
-// StopListening, AddSubsystem, RemoveSubsystem and the allow-list
-// methods change the discovery log and tell discovery controllers with
+// StopListening, AddSubsystem, RemoveSubsystem, AllowListener,
+// DisallowListener and the allow-list methods change the discovery log and tell discovery controllers with
 // a Discovery Log Page Change event, each to the controllers that
 // enabled it with Set Features (Asynchronous Event Configuration).
 // RemoveSubsystem and DisconnectHost end the controllers concerned;

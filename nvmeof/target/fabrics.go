@@ -77,6 +77,10 @@ func executeConnect(r *request) nvmeof.Status {
 		t.log.Warn("connect to an unknown subsystem", "subnqn", d.SubNQN, "hostnqn", d.HostNQN)
 		return invalidParameter(r, true, nvmeof.ConnectDataOffsetSUBNQN)
 	}
+	if !sub.ListenerAllowed(q.listener) {
+		t.log.Warn("connect to a subsystem not served on this listener", "subnqn", d.SubNQN, "listener", q.listener, "hostnqn", d.HostNQN)
+		return invalidParameter(r, true, nvmeof.ConnectDataOffsetSUBNQN)
+	}
 	if !sub.HostAllowed(d.HostNQN) {
 		t.log.Warn("connect from a host not allowed", "subnqn", d.SubNQN, "hostnqn", d.HostNQN)
 		r.rsp.DW0 = nvmeof.InvalidParameter{InData: true, Offset: nvmeof.ConnectDataOffsetHOSTNQN}.DW0()

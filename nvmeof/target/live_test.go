@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,4 +75,54 @@ func TestLiveChanges(t *testing.T) {
 	assert.Equal(t, 0, tg.sub.DisconnectHost("nqn.2026-11.io.capsule:nobody"))
 	assert.Equal(t, 1, tg.sub.DisconnectHost(testHostNQN))
 	assert.Zero(t, tg.sub.Controllers())
+}
+
+// TestOwnListeners: a subsystem made with OwnListeners is served, and
+// listed in the discovery log, only on the listeners it names; allowing
+// another is a discovery log change.
+func TestOwnListeners(t *testing.T) {
+	tg := newTestTarget(t, transports()["iwarp"]())
+	other, err := tg.Listen(context.Background(), transports()["iwarp"]())
+	require.NoError(t, err)
+	own, err := tg.AddSubsystem(SubsystemConfig{NQN: "nqn.2026-11.io.capsule:own", AllowAnyHost: true, OwnListeners: true,
+		Listeners: []string{tg.url}})
+	require.NoError(t, err)
+	assert.True(t, own.ListenerAllowed(tg.url))
+	assert.False(t, own.ListenerAllowed(other))
+	assert.True(t, tg.sub.ListenerAllowed(other), "a subsystem without OwnListeners is served everywhere")
+
+	adminQueue(t, tg.url, own.NQN(), 0) // served here
+	q, err := dialRaw(t, other, rawDialConfig{qid: 0, hsqsize: 31, hrqsize: 32})
+	require.NoError(t, err)
+	r := q.connect(31, 0, hostData(own.NQN(), nvmeof.CNTLIDDynamic), false)
+	requireStatus(t, nvmeof.StatusConnectInvalidParameters.WithDNR(), r)
+	assert.Equal(t, nvmeof.InvalidParameter{InData: true, Offset: nvmeof.ConnectDataOffsetSUBNQN}.DW0(), r.cqe.DW0)
+	q.close()
+
+	disc := adminQueue(t, other, nvmeof.DiscoveryNQN, 0)
+	listed := func() []string {
+		h, err := nvmeof.ParseDiscoveryLogHeader(disc.getLogPage(nvmeof.LogDiscovery, 0, 0, 1024))
+		require.NoError(t, err)
+		var log nvmeof.DiscoveryLog
+		require.NoError(t, log.UnmarshalBinary(disc.getLogPage(nvmeof.LogDiscovery, 0, 0, uint64(nvmeof.DiscoveryLogSize(int(h.NumRec))))))
+		var ports []string
+		for _, e := range log.Entries {
+			if e.SUBNQN == own.NQN() {
+				ports = append(ports, e.TRSVCID)
+			}
+		}
+		return ports
+	}
+	port := func(url string) string { return url[strings.LastIndexByte(url, ':')+1:] }
+	assert.Equal(t, []string{port(tg.url)}, listed())
+
+	require.NoError(t, disc.setFeature(nvmeof.FeatureAsyncEventConfig, uint32(nvmeof.AECDiscoveryLogPageChange)).cqe.Status.Err())
+	aer := nvmeof.Command{Opcode: nvmeof.AdminAsyncEventRequest, CID: disc.cid()}
+	disc.submit(&aer, nil)
+	own.AllowListener(other)
+	assert.Equal(t, nvmeof.NoticeDiscoveryLogPageChange, nvmeof.ParseAsyncEvent(disc.wait(aer.CID).cqe.DW0).Info)
+	assert.ElementsMatch(t, []string{port(tg.url), port(other)}, listed())
+	adminQueue(t, other, own.NQN(), 0)
+	own.DisallowListener(tg.url)
+	assert.Equal(t, []string{port(other)}, listed())
 }

@@ -60,6 +60,8 @@ type queue struct {
 	// qidFromConnect: the transport's connection does not name the queue
 	// (NVMe/TCP), so the Connect command sets qid.
 	qidFromConnect bool
+	// listener is the URL of the listener the connection came through.
+	listener string
 
 	// draining is set on the queue's goroutine when the binding starts a
 	// drain: new commands are answered with Command Aborted due to SQ

@@ -25,6 +25,16 @@ type SubsystemConfig struct {
 	// SerialNumber is SN of Identify Controller, up to 20 printable ASCII
 	// characters; empty derives one from the NQN.
 	SerialNumber string
+	// OwnListeners makes the subsystem reachable only through the
+	// listeners in Listeners and those added with AllowListener (SPDK's
+	// and Linux nvmet's model: a port serves the subsystems linked to
+	// it); the discovery log lists it on those alone, and a Connect
+	// through any other gets Connect Invalid Parameters (SUBNQN), as for
+	// an unknown subsystem. When false, every listener serves it.
+	OwnListeners bool
+	// Listeners are listener URLs (as Target.Listen returns them) that
+	// serve the subsystem when OwnListeners is set.
+	Listeners []string
 }
 
 // nsTable is an immutable snapshot of a subsystem's namespaces, replaced
@@ -53,6 +63,8 @@ type Subsystem struct {
 	controllers map[uint16]*controller
 	nextCNTLID  uint16
 	removed     bool // RemoveSubsystem ran: no new controllers
+	ownListen   bool
+	listeners   map[string]struct{} // with ownListen: the listener URLs that serve it
 }
 
 func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) (*Subsystem, error) {
@@ -78,6 +90,11 @@ func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) (*Subsystem, e
 		hosts:       make(map[string]struct{}),
 		controllers: make(map[uint16]*controller),
 		nextCNTLID:  1,
+		ownListen:   cfg.OwnListeners && !discovery,
+		listeners:   make(map[string]struct{}),
+	}
+	for _, u := range cfg.Listeners {
+		s.listeners[u] = struct{}{}
 	}
 	for _, h := range cfg.Hosts {
 		if err := nvmeof.ValidateNQN(h); err != nil {
@@ -122,6 +139,40 @@ func (s *Subsystem) SetAllowAnyHost(on bool) {
 	s.allowAny = on
 	s.mu.Unlock()
 	s.t.discoveryChanged()
+}
+
+// AllowListener lets the listener at url (as Target.Listen returned it)
+// serve a subsystem made with OwnListeners; the discovery log changes.
+func (s *Subsystem) AllowListener(url string) {
+	s.mu.Lock()
+	s.listeners[url] = struct{}{}
+	s.mu.Unlock()
+	s.t.discoveryChanged()
+}
+
+// DisallowListener stops the listener at url serving the subsystem (made
+// with OwnListeners): no new Connect through it. Controllers connected
+// through it keep running.
+func (s *Subsystem) DisallowListener(url string) {
+	s.mu.Lock()
+	delete(s.listeners, url)
+	s.mu.Unlock()
+	s.t.discoveryChanged()
+}
+
+// ListenerAllowed reports whether the listener at url serves the
+// subsystem.
+func (s *Subsystem) ListenerAllowed(url string) bool {
+	if s.discovery {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ownListen {
+		return true
+	}
+	_, ok := s.listeners[url]
+	return ok
 }
 
 // HostAllowed reports whether a host may connect.

@@ -137,6 +137,7 @@ func newTCPQueue(l *tcpListener, c net.Conn) *tcpQueue {
 		q.maxH2C = cfg.tcpMaxH2CData
 	}
 	q.core.init(l.t, q, 0, entries)
+	q.core.listener = l.addr
 	q.core.qidFromConnect = true
 	q.recv = nvmeof.TCPReceiver{Controller: true, MaxCapsuleData: icd, MaxH2CData: q.maxH2C}
 	q.policy = nvmeof.SGLPolicy{Transport: true, MaxDataBlocks: 1}
