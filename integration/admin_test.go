@@ -155,6 +155,8 @@ func TestAdminSocket(t *testing.T) {
 		return string(out)
 	}
 	runPy("nvmf_create_subsystem", secondNQN, "-a", "-s", "SPDK00000000000001")
+	port := strings.TrimPrefix(tcpURL, "tcp://127.0.0.1:")
+	runPy("nvmf_subsystem_add_listener", secondNQN, "-t", "tcp", "-a", "127.0.0.1", "-s", port, "-f", "ipv4")
 	runPy("nvmf_subsystem_add_ns", secondNQN, "vol5", "-n", "3")
 	runPy("nvmf_subsystem_add_host", adminNQN, "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555")
 	type spdkSub struct {
@@ -186,7 +188,7 @@ func TestAdminSocket(t *testing.T) {
 	assert.Equal(t, "TCP", subs[1].ListenAddresses[0].TrType)
 	assert.Equal(t, "IPv4", subs[1].ListenAddresses[0].AdrFam)
 	assert.Equal(t, "127.0.0.1", subs[1].ListenAddresses[0].TrAddr)
-	assert.Equal(t, strings.TrimPrefix(tcpURL, "tcp://127.0.0.1:"), subs[1].ListenAddresses[0].TrSvcID)
+	assert.Equal(t, port, subs[1].ListenAddresses[0].TrSvcID)
 	assert.Equal(t, "INTRA_HOST", subs[1].ListenAddresses[1].AdrFam)
 	require.Len(t, subs[1].Namespaces, 2, "vol0 and the file namespace")
 	assert.Equal(t, "vol0", subs[1].Namespaces[0].BdevName)
@@ -195,6 +197,8 @@ func TestAdminSocket(t *testing.T) {
 	assert.Equal(t, secondNQN, subs[2].NQN)
 	assert.True(t, subs[2].AllowAnyHost)
 	assert.Equal(t, "SPDK00000000000001", subs[2].SerialNumber)
+	require.Len(t, subs[2].ListenAddresses, 1, "served on the listener rpc.py added, not on shm")
+	assert.Equal(t, port, subs[2].ListenAddresses[0].TrSvcID)
 	require.Len(t, subs[2].Namespaces, 1)
 	assert.Equal(t, uint32(3), subs[2].Namespaces[0].NSID)
 	assert.Equal(t, "vol5", subs[2].Namespaces[0].BdevName)

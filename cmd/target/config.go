@@ -62,8 +62,8 @@ func startConfig(cfg serveConfig) (admin.Config, bool, error) {
 // flagsConfig is the configuration the flags describe: the bdevs of the
 // namespaces (volume_create for ec:, bdev_malloc_create for mem:,
 // bdev_aio_create for file:, fs_create for the file namespace), the
-// listeners, one subsystem with its hosts and the namespaces NSID 1, 2, …
-// in order, the file namespace last.
+// listeners, one subsystem served on all of them with its hosts and the
+// namespaces NSID 1, 2, … in order, the file namespace last.
 func flagsConfig(cfg serveConfig) admin.Config {
 	var c admin.Config
 	type ns struct {
@@ -104,6 +104,10 @@ func flagsConfig(cfg serveConfig) admin.Config {
 		c.Add(admin.SubsystemNVMf, "nvmf_subsystem_add_listener", map[string]any{"nqn": nvmeof.DiscoveryNQN, "listen_address": a})
 	}
 	c.Add(admin.SubsystemNVMf, "nvmf_create_subsystem", map[string]any{"nqn": cfg.NQN, "allow_any_host": cfg.AllowAnyHost})
+	for _, u := range cfg.Listeners { // every listener serves the subsystem
+		a, _ := admin.ListenAddressOf(u)
+		c.Add(admin.SubsystemNVMf, "nvmf_subsystem_add_listener", map[string]any{"nqn": cfg.NQN, "listen_address": a})
+	}
 	for _, h := range cfg.AllowHosts {
 		c.Add(admin.SubsystemNVMf, "nvmf_subsystem_add_host", map[string]any{"nqn": cfg.NQN, "host": h})
 	}

@@ -75,6 +75,7 @@ func TestServeConfigFile(t *testing.T) {
 		{"subsystem":"nvmf","config":[
 		{"method":"nvmf_subsystem_add_listener","params":{"nqn":"nqn.2014-08.org.nvmexpress.discovery","listen_address":{"trtype":"RDMA","adrfam":"INTRA_HOST","traddr":"` + strings.TrimPrefix(shm, "shm://") + `"}}},
 		{"method":"nvmf_create_subsystem","params":{"nqn":"nqn.2026-11.io.capsule:cfg","allow_any_host":true}},
+		{"method":"nvmf_subsystem_add_listener","params":{"nqn":"nqn.2026-11.io.capsule:cfg","listen_address":{"trtype":"RDMA","adrfam":"INTRA_HOST","traddr":"` + strings.TrimPrefix(shm, "shm://") + `"}}},
 		{"method":"nvmf_subsystem_add_ns","params":{"nqn":"nqn.2026-11.io.capsule:cfg","namespace":{"bdev_name":"m","nsid":4}}}]}]}`
 	bad := strings.Replace(good, `"bdev_name":"m"`, `"bdev_name":"nope"`, 1)
 	write := func(name, s string) string {
@@ -88,7 +89,7 @@ func TestServeConfigFile(t *testing.T) {
 	cfg.ConfigFile = write("bad.json", bad)
 	err := serve(context.Background(), io.Discard, cfg)
 	require.Error(t, err)
-	assert.Equal(t, "--config "+cfg.ConfigFile+`: subsystems[1].config[2] (nvmf_subsystem_add_ns): no bdev (volume) named "nope" (volume_create makes one, or opens one of the store's)`, err.Error())
+	assert.Equal(t, "--config "+cfg.ConfigFile+`: subsystems[1].config[3] (nvmf_subsystem_add_ns): no bdev (volume) named "nope" (volume_create makes one, or opens one of the store's)`, err.Error())
 	_, err = os.Stat(cfg.DataDir)
 	assert.ErrorIs(t, err, os.ErrNotExist, "a bad config creates nothing")
 

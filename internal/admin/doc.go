@@ -75,14 +75,16 @@
 //
 // # Sharp edges
 //
-//   - Listeners are the target's, not a subsystem's: every subsystem is
-//     reachable through every listener (nvmeof/target's model).
-//     nvmf_subsystem_add_listener takes any existing subsystem's NQN, or
-//     the discovery NQN, and save_config writes listeners on the
-//     discovery NQN. nvmf_get_subsystems lists every listener on every
-//     subsystem.
+//   - A subsystem is served on the listeners added to it, as in SPDK
+//     (target.SubsystemConfig.OwnListeners); the discovery subsystem on
+//     every listener the target has. Adding an address to any subsystem
+//     makes the target listen there; removing it from a subsystem leaves
+//     the listener (discovery still has it); removing it from the
+//     discovery NQN stops it, once no subsystem has it. Connections made
+//     through a listener stay when it is removed.
 //   - A listener given with port 0 is saved with the port it got, so a
-//     restart listens there again.
+//     restart listens there again; within one load, a later entry that
+//     names the same :0 address means that listener.
 //   - The erasure-coded store opens when a volume or file namespace first
 //     needs it; a store first opened by volume_create on a running target
 //     has no background scrubber until the next start.

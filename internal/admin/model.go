@@ -50,17 +50,29 @@ type subModel struct {
 	AllowAnyHost bool
 	Hosts        []string  // sorted
 	Namespaces   []nsModel // by NSID
+	Listeners    []string  // the listener URLs that serve it, in order
 }
 
 // model is the whole configuration.
 type model struct {
-	Bdevs     []*bdev // in creation order
-	Subs      []*subModel
-	Listeners []string // URLs, target-wide, in order
+	Bdevs []*bdev // in creation order
+	Subs  []*subModel
+	// Listeners are the target's listener URLs, in order: the discovery
+	// subsystem's, which every listener serves; a subsystem's are some
+	// of them.
+	Listeners []string
+	// Requested maps a listener URL asked for with port 0 to the URL it
+	// got, so that later entries naming the same :0 address mean that
+	// listener (flags give one URL for the discovery and the NVM
+	// subsystem). It lives for one run of the target.
+	Requested map[string]string
 }
 
 func (m *model) clone() *model {
-	c := &model{Listeners: slices.Clone(m.Listeners)}
+	c := &model{Listeners: slices.Clone(m.Listeners), Requested: map[string]string{}}
+	for k, v := range m.Requested {
+		c.Requested[k] = v
+	}
 	for _, b := range m.Bdevs {
 		x := *b
 		c.Bdevs = append(c.Bdevs, &x)
@@ -69,6 +81,7 @@ func (m *model) clone() *model {
 		x := *s
 		x.Hosts = slices.Clone(s.Hosts)
 		x.Namespaces = slices.Clone(s.Namespaces)
+		x.Listeners = slices.Clone(s.Listeners)
 		c.Subs = append(c.Subs, &x)
 	}
 	return c
@@ -156,6 +169,13 @@ func (m *model) config() Config {
 	}
 	for _, s := range m.Subs {
 		c.Add(SubsystemNVMf, "nvmf_create_subsystem", createSubsystem{NQN: s.NQN, SerialNumber: s.SerialNumber, AllowAnyHost: s.AllowAnyHost})
+		for _, u := range s.Listeners {
+			a, err := ListenAddressOf(u)
+			if err != nil {
+				panic(fmt.Sprintf("admin: listener %s in the model: %v", u, err))
+			}
+			c.Add(SubsystemNVMf, "nvmf_subsystem_add_listener", listenerChange{NQN: s.NQN, ListenAddress: &a})
+		}
 		for _, h := range s.Hosts {
 			c.Add(SubsystemNVMf, "nvmf_subsystem_add_host", hostChange{NQN: s.NQN, Host: h})
 		}
@@ -551,8 +571,11 @@ func (c *allowAnyHost) check(m *model, _ *Service) error {
 }
 
 // listenerChange is nvmf_subsystem_add_listener and _remove_listener.
-// capsule's listeners serve every subsystem: nqn must name an existing
-// subsystem (or the discovery one), and the listener is the target's.
+// As in SPDK, a subsystem is served on the listeners added to it; the
+// target listens on every address any subsystem (or the discovery one)
+// was given, and every listener serves discovery. Adding an address the
+// target does not listen on yet starts a listener; removing it from the
+// discovery subsystem stops it, once no subsystem has it.
 type listenerChange struct {
 	add bool
 	tgtName
@@ -563,15 +586,21 @@ type listenerChange struct {
 	SockImpl      string         `json:"sock_impl,omitempty"`
 	NumaID        *int           `json:"numa_id,omitempty"`
 
-	url string // set by check
+	// Set by check.
+	url    string // the listener's URL (a :0 one already opened: the URL it got)
+	listen bool   // add: the target is to listen there first
+	stop   bool   // remove from discovery: the target stops listening there
 }
 
 func (c *listenerChange) check(m *model, _ *Service) error {
 	if err := c.tgtName.check(); err != nil {
 		return err
 	}
-	if c.NQN != nvmeof.DiscoveryNQN && m.sub(c.NQN) == nil {
-		return invalid("unable to find subsystem with NQN %s", c.NQN)
+	var sub *subModel
+	if c.NQN != nvmeof.DiscoveryNQN {
+		if sub = m.sub(c.NQN); sub == nil {
+			return invalid("unable to find subsystem with NQN %s", c.NQN)
+		}
 	}
 	if c.SecureChannel || c.AnaState != "" || c.SockImpl != "" {
 		return invalid("secure_channel, ana_state and sock_impl are not supported")
@@ -586,17 +615,44 @@ func (c *listenerChange) check(m *model, _ *Service) error {
 	if err := sanityCheckURL(u); err != nil {
 		return invalid("listen_address: %v", err)
 	}
-	c.url = u
-	i := slices.Index(m.Listeners, u)
+	if real, ok := m.Requested[u]; ok {
+		u = real
+	}
+	c.url, c.listen, c.stop = u, false, false
+	listening := slices.Contains(m.Listeners, u)
 	switch {
-	case c.add && i >= 0:
+	case c.add && sub == nil && listening:
 		return invalid("already listening on %s", u)
-	case c.add:
+	case c.add && sub == nil:
+		c.listen = true
 		m.Listeners = append(m.Listeners, u)
-	case i < 0:
+	case c.add && slices.Contains(sub.Listeners, u):
+		return invalid("%s is already a listener of %s", u, c.NQN)
+	case c.add:
+		if !listening {
+			c.listen = true
+			m.Listeners = append(m.Listeners, u)
+		}
+		sub.Listeners = append(sub.Listeners, u)
+	case sub == nil && !listening:
 		return invalid("not listening on %s", u)
+	case sub == nil:
+		for _, s := range m.Subs {
+			if slices.Contains(s.Listeners, u) {
+				return invalid("%s is a listener of %s: remove it there first", u, s.NQN)
+			}
+		}
+		c.stop = true
+		m.Listeners = slices.DeleteFunc(m.Listeners, func(x string) bool { return x == u })
+		for asked, got := range m.Requested {
+			if got == u {
+				delete(m.Requested, asked) // a new :0 listener gets a new port
+			}
+		}
+	case !slices.Contains(sub.Listeners, u):
+		return invalid("%s is not a listener of %s", u, c.NQN)
 	default:
-		m.Listeners = slices.Delete(m.Listeners, i, i+1)
+		sub.Listeners = slices.DeleteFunc(sub.Listeners, func(x string) bool { return x == u })
 	}
 	return nil
 }

@@ -372,7 +372,8 @@ func (c *bdevAIOCreate) apply(sv *Service, _ *model) (any, error) {
 }
 
 func (c *createSubsystem) apply(sv *Service, _ *model) (any, error) {
-	_, err := sv.opts.Target.AddSubsystem(target.SubsystemConfig{NQN: c.NQN, AllowAnyHost: c.AllowAnyHost, SerialNumber: c.SerialNumber})
+	_, err := sv.opts.Target.AddSubsystem(target.SubsystemConfig{NQN: c.NQN, AllowAnyHost: c.AllowAnyHost,
+		SerialNumber: c.SerialNumber, OwnListeners: true})
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -428,30 +429,51 @@ func (c *allowAnyHost) apply(sv *Service, _ *model) (any, error) {
 
 func (c *listenerChange) apply(sv *Service, m *model) (any, error) {
 	t := sv.opts.Target
-	if !c.add {
+	if c.stop {
 		if err := t.StopListening(c.url); err != nil {
 			return nil, invalid("%v", err)
 		}
 		return true, nil
 	}
-	real, err := t.Listen(sv.opts.Context, c.url)
-	if err != nil {
-		return nil, invalid("%v", err)
-	}
-	for i, u := range m.Listeners {
-		if u == c.url {
-			m.Listeners[i] = real // the port a :0 listener got
+	if c.listen {
+		real, err := t.Listen(sv.opts.Context, c.url)
+		if err != nil {
+			return nil, invalid("%v", err)
 		}
+		if real != c.url { // the port a :0 listener got
+			m.Requested[c.url] = real
+			for i, u := range m.Listeners {
+				if u == c.url {
+					m.Listeners[i] = real
+				}
+			}
+			if s := m.sub(c.NQN); s != nil {
+				for i, u := range s.Listeners {
+					if u == c.url {
+						s.Listeners[i] = real
+					}
+				}
+			}
+			c.url = real
+		}
+	}
+	if c.NQN == nvmeof.DiscoveryNQN {
+		return true, nil
+	}
+	if c.add {
+		t.Subsystem(c.NQN).AllowListener(c.url)
+	} else {
+		t.Subsystem(c.NQN).DisallowListener(c.url)
 	}
 	return true, nil
 }
 
 // --- the methods that report ---
 
-// spdkListenAddress is a listen_addresses entry of nvmf_get_subsystems.
-func (sv *Service) listenAddresses() []ListenAddress {
+// listenAddresses are the listen_addresses of nvmf_get_subsystems.
+func listenAddresses(urls []string) []ListenAddress {
 	out := []ListenAddress{}
-	for _, u := range sv.model.Listeners {
+	for _, u := range urls {
 		if a, err := ListenAddressOf(u); err == nil {
 			out = append(out, a)
 		}
@@ -500,11 +522,11 @@ func (sv *Service) getSubsystems(_ context.Context, params json.RawMessage) (any
 	}
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
-	out := []spdkSubsystem{{NQN: nvmeof.DiscoveryNQN, Subtype: "Discovery", ListenAddresses: sv.listenAddresses(),
+	out := []spdkSubsystem{{NQN: nvmeof.DiscoveryNQN, Subtype: "Discovery", ListenAddresses: listenAddresses(sv.model.Listeners),
 		AllowAnyHost: true, Hosts: []spdkHost{}}}
 	for _, s := range sv.model.Subs {
 		live := sv.opts.Target.Subsystem(s.NQN)
-		x := spdkSubsystem{NQN: s.NQN, Subtype: "NVMe", ListenAddresses: sv.listenAddresses(), AllowAnyHost: s.AllowAnyHost,
+		x := spdkSubsystem{NQN: s.NQN, Subtype: "NVMe", ListenAddresses: listenAddresses(s.Listeners), AllowAnyHost: s.AllowAnyHost,
 			Hosts: []spdkHost{}, MaxNamespaces: target.MaxNamespaces, MinCntlid: 1, MaxCntlid: int(nvmeof.MaxCNTLID),
 			ModelNumber: target.DefaultModelNumber, Namespaces: []spdkNamespace{}}
 		if live != nil {

@@ -205,3 +205,49 @@ func TestParseSize(t *testing.T) {
 	assert.Equal(t, Size(512), s)
 	assert.Error(t, json.Unmarshal([]byte(`true`), &s))
 }
+
+// TestListeners: a subsystem is served on the listeners added to it; the
+// target listens on every address any subsystem has, and stops only when
+// the discovery subsystem gives one up and no subsystem has it.
+func TestListeners(t *testing.T) {
+	sv := newTestService(t, Options{})
+	srv := NewServer(nil)
+	sv.Register(srv)
+	call := func(method, params string) *Error {
+		t.Helper()
+		out := srv.Handle(context.Background(), json.RawMessage(`{"jsonrpc":"2.0","id":1,"method":"`+method+`","params":`+params+`}`))
+		var rsp Response
+		require.NoError(t, json.Unmarshal(out, &rsp))
+		return rsp.Error
+	}
+	tg := sv.opts.Target
+	nqn := "nqn.2026-11.io.capsule:l"
+	addr := func(port string) string {
+		return `{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"` + port + `"}`
+	}
+	require.Nil(t, call("nvmf_create_subsystem", `{"nqn":"`+nqn+`"}`))
+	require.Nil(t, call("nvmf_subsystem_add_listener", `{"nqn":"`+nqn+`","listen_address":`+addr("0")+`}`))
+	require.Len(t, tg.Listeners(), 1, "adding an address to a subsystem starts a listener")
+	url := tg.Listeners()[0]
+	port := url[len("tcp://127.0.0.1:"):]
+	assert.True(t, tg.Subsystem(nqn).ListenerAllowed(url))
+
+	e := call("nvmf_subsystem_remove_listener", `{"nqn":"nqn.2014-08.org.nvmexpress.discovery","listen_address":`+addr(port)+`}`)
+	require.NotNil(t, e)
+	assert.Contains(t, e.Message, "is a listener of "+nqn)
+	require.Nil(t, call("nvmf_subsystem_remove_listener", `{"nqn":"`+nqn+`","listen_address":`+addr(port)+`}`))
+	assert.False(t, tg.Subsystem(nqn).ListenerAllowed(url))
+	assert.Equal(t, []string{url}, tg.Listeners(), "discovery keeps it")
+	require.Nil(t, call("nvmf_subsystem_remove_listener", `{"nqn":"nqn.2014-08.org.nvmexpress.discovery","listen_address":`+addr(port)+`}`))
+	assert.Empty(t, tg.Listeners())
+	e = call("nvmf_subsystem_remove_listener", `{"nqn":"`+nqn+`","listen_address":`+addr(port)+`}`)
+	require.NotNil(t, e)
+	assert.Contains(t, e.Message, "is not a listener of")
+
+	// The saved config names the port the listener got.
+	require.Nil(t, call("nvmf_subsystem_add_listener", `{"nqn":"`+nqn+`","listen_address":`+addr("0")+`}`))
+	b, err := json.Marshal(sv.Config())
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), `"trsvcid":"0"`)
+	assert.Contains(t, string(b), `"nqn":"`+nqn+`","listen_address"`)
+}
