@@ -26,7 +26,9 @@ type config struct {
 // Without it Dial reads the discovery log and takes the first subsystem.
 func WithSubsystem(nqn string) Option { return func(c *config) { c.subNQN = nqn } }
 
-// WithHostNQN sets the host NQN the client connects with.
+// WithHostNQN sets the host NQN the client connects with. The default is
+// the machine's, as nvmeof/host works it out (host.SystemIdentity):
+// /etc/nvme/hostnqn, or one derived from /etc/machine-id.
 func WithHostNQN(nqn string) Option { return func(c *config) { c.hostNQN = nqn } }
 
 // WithNamespace names the file namespace's NSID. Without it Dial asks

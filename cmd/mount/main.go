@@ -31,7 +31,7 @@ func newApp() *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "target", Usage: "target `URL`: iwarp://HOST:PORT, shm://NAME, tcp://HOST:PORT", Required: true},
 			&cli.StringFlag{Name: "nqn", Value: defaultNQN, Usage: "subsystem `NQN` to connect to"},
-			&cli.StringFlag{Name: "hostnqn", Usage: "host `NQN` to present (default: derived from the machine)"},
+			&cli.StringFlag{Name: "hostnqn", Usage: "host `NQN` to present (default: the machine's, from /etc/nvme/hostnqn or derived from /etc/machine-id)"},
 			&cli.DurationFlag{Name: "reconnect-timeout", Value: 30 * time.Second, Usage: "how long operations wait for a lost target before failing with EIO"},
 
 			// NBD mode.

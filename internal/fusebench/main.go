@@ -268,6 +268,7 @@ func runClient(args []string) error {
 	fl := flag.NewFlagSet("client", flag.ExitOnError)
 	target := fl.String("target", "", "target `URL`")
 	nqn := fl.String("nqn", "nqn.2026-11.io.capsule:default", "subsystem `NQN`")
+	hostNQN := fl.String("hostnqn", "", "host `NQN` to present (default: the machine's, /etc/nvme/hostnqn or derived from /etc/machine-id)")
 	rw := fl.String("rw", "randread", "randread or read (sequential)")
 	bs := fl.Int("bs", 4096, "request size in `bytes`")
 	runtime := fl.Duration("runtime", 5*time.Second, "how long to read")
@@ -277,7 +278,11 @@ func runClient(args []string) error {
 		usage()
 	}
 	ctx := context.Background()
-	c, err := capfs.Dial(ctx, *target, capfs.WithSubsystem(*nqn))
+	opts := []capfs.Option{capfs.WithSubsystem(*nqn)}
+	if *hostNQN != "" {
+		opts = append(opts, capfs.WithHostNQN(*hostNQN))
+	}
+	c, err := capfs.Dial(ctx, *target, opts...)
 	if err != nil {
 		return err
 	}
