@@ -13,7 +13,9 @@
 //	rdma://host:port   real NICs through libibverbs/librdmacm, package rdma/verbs (build tag rdma)
 //
 // Providers register themselves; a program imports rdma/providers to link
-// in all of them. Package rdma/fault wraps any provider with injected
+// in all of them (nvmeof/host, and the fs client through it, link iwarp,
+// shm and verbs themselves). With none linked in, an RDMA URL fails with
+// ErrUnknownScheme and a message naming that import. Package rdma/fault wraps any provider with injected
 // faults, and rdma/conformance is the one test body every provider passes.
 //
 // # The model
