@@ -32,7 +32,11 @@ type qp struct {
 	done   chan struct{} // closed on entering StateError
 
 	// errMu guards err, errMSN and the choice of the first failure.
-	errMu  sync.Mutex
+	errMu sync.Mutex
+	// termMu orders fail's writes to the shared block (the term word and
+	// the doorbells) before Close's unmap: Close clears connected under
+	// it. A leaf lock: nothing else is taken while it is held.
+	termMu sync.Mutex
 	err    rdma.WCStatus // why the QP entered StateError; 0 before
 	errMSN uint32        // the local message err is about, 0 if none
 
@@ -145,7 +149,8 @@ func (q *qp) Err() error {
 // local message (send WR) that local is the status of, if any. The peer
 // is told remote (about its message remoteMSN, if any) through the term
 // word of this side's endpoint. Only the first call has an effect. fail
-// takes no lock but errMu, so it may be called with sqMu or rqMu held.
+// takes no locks but errMu and then termMu, so it may be called with
+// sqMu, rqMu or blkMu held.
 func (q *qp) fail(local rdma.WCStatus, localMSN uint32, remote rdma.WCStatus, remoteMSN uint32) {
 	q.errMu.Lock()
 	if q.err != rdma.Success {
@@ -156,6 +161,10 @@ func (q *qp) fail(local rdma.WCStatus, localMSN uint32, remote rdma.WCStatus, re
 	q.state.Store(uint32(rdma.StateError))
 	q.errMu.Unlock()
 	close(q.done)
+	// A concurrent Close may be about to unmap the block: the first
+	// failure need not be Close's own (SetError from another goroutine).
+	q.termMu.Lock()
+	defer q.termMu.Unlock()
 	if q.connected.Load() {
 		q.me.termMSN.Store(remoteMSN)
 		q.me.term.Store(uint32(remote))
@@ -261,8 +270,10 @@ func (q *qp) Close() error {
 	}
 	if connected {
 		p.releaseView(q.view)
-		q.blkMu.Lock()
+		q.termMu.Lock()
 		q.connected.Store(false)
+		q.termMu.Unlock()
+		q.blkMu.Lock()
 		unmap(q.blk)
 		q.blk = nil
 		q.blkMu.Unlock()
