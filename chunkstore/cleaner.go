@@ -213,7 +213,7 @@ func (s *Store) cleanSlot(slot uint64) error {
 			off += -n * SectorSize
 			continue
 		}
-		if _, err := s.appendLocked(mv.owner, mv.lba, buf[off:off+n*SectorSize], &loc{slot: slot, sec: mv.sec}); err != nil {
+		if _, err := s.appendLocked(mv.owner, mv.lba, buf[off:off+n*SectorSize], &moveSource{slot: slot, sec: mv.sec, gen: ext.Gen}); err != nil {
 			return err
 		}
 		s.cleaned += int64(n)

@@ -130,7 +130,6 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	}
 	b.super.Store, b.super.Geo, b.super.Unit = s.id, s.geo, s.unit
 	b.super.Seq = s.seq + 1
-	b.super.NextOwner = s.owner.Load()
 	if s.devDirty {
 		for pos, r := range s.devRecs {
 			b.devices[pos] = r
@@ -202,9 +201,19 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	b.super.LogGen = s.gen.Load()
 	ckptNeeded := s.ckptNeeded
 	s.ckptNeeded = false
+	s.ckptBusy = ckptNeeded
+	defer func() {
+		s.lmu.Lock()
+		s.ckptBusy = false
+		s.lmu.Unlock()
+	}()
 	// After the flag is cleared, under lmu: a chunk record swapped in
 	// later sets it again (PutChunk, DeleteChunk).
 	chunkIDs := s.chunks.takeDirty(b)
+	// After the chunk records: every owner they name was handed out
+	// before (PutChunk takes its owner before it swaps the record in), so
+	// a store reopened from this checkpoint does not hand one out again.
+	b.super.NextOwner = s.owner.Load()
 	s.lmu.Unlock()
 	if extra != nil {
 		extra(b)

@@ -51,7 +51,11 @@ func TestConcurrentUse(t *testing.T) {
 					return
 				}
 				if !bytes.Equal(p, got) {
-					errs <- fmt.Errorf("writer %d: read-after-write differs at %d", w, off)
+					at := 0
+					for p[at] == got[at] {
+						at++
+					}
+					errs <- fmt.Errorf("writer %d: read-after-write of %d bytes at %d differs in volume sector %d", w, n, base+off, (base+off+int64(at))/SectorSize)
 					return
 				}
 				if i%25 == 0 {

@@ -144,7 +144,7 @@ func (c *chunkModel) check(t *testing.T, s *Store) {
 				break
 			}
 		}
-		require.True(t, ok, "chunk %x is neither version %d nor one of %v", id[0], c.durable[id], c.since[id])
+		require.True(t, ok, "chunk %x is neither version %d nor one of %v: read %d bytes, err %v", id[0], c.durable[id], c.since[id], len(got), err)
 		c.since[id] = nil
 	}
 }

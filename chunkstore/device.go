@@ -88,6 +88,9 @@ type devFiles struct {
 	id   identity
 	data vfs.File // nil when the device is missing
 	db   *bolt.DB // nil when the device is missing
+	// alloc tracks the shard file's blocks where flushes can be shared
+	// (flush.go); nil: every flush fdatasyncs the file.
+	alloc *allocTrack
 }
 
 func (d *device) getState() DeviceState { return DeviceState(d.state.Load()) }

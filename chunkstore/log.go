@@ -236,18 +236,33 @@ func (s *Store) finishLocked(o *logStripe, err error) {
 	}
 }
 
+// moveSource is where the cleaner found the sectors it moves: from sector
+// sec on of the stripe of generation gen in slot.
+type moveSource struct {
+	slot uint64
+	sec  int
+	gen  uint64
+}
+
 // appendLocked writes data (whole sectors) as sectors lba… of owner m.
-// With from set, it is the cleaner's move of sectors found at from.slot
-// from from.sec on: each sector is written only if the map still points
-// there. It returns the log sequence of the last stripe it wrote to. lmu
-// is held, and released while waiting for room.
-func (s *Store) appendLocked(owner uint64, lba uint64, data []byte, from *loc) (uint64, error) {
+// With from set, it is the cleaner's move of sectors found at from: each
+// sector is written only if the map still points there and the slot still
+// holds that stripe (it may have been freed and written again, with the
+// same sector of the same owner, while the cleaner read). It returns the
+// log sequence of the last stripe it wrote to. lmu is held, and released
+// while waiting for room.
+func (s *Store) appendLocked(owner uint64, lba uint64, data []byte, from *moveSource) (uint64, error) {
 	nsec := len(data) / SectorSize
 	if err := s.enoughDevices(); err != nil {
 		return 0, err
 	}
 	var seq uint64
 	for i := 0; i < nsec; {
+		// Room first: openLocked may wait, releasing lmu, and what the
+		// map says must be read after that.
+		if err := s.openLocked(from != nil); err != nil {
+			return seq, err
+		}
 		m := s.ownerLocked(owner)
 		if m == nil {
 			if from != nil {
@@ -258,23 +273,20 @@ func (s *Store) appendLocked(owner uint64, lba uint64, data []byte, from *loc) (
 		l, run, mapped := m.find(lba+uint64(i), nsec-i)
 		if from != nil {
 			want := loc{slot: from.slot, sec: from.sec + i}
-			if !mapped || l != want {
+			if !mapped || l != want || s.slots[from.slot].ext.Gen != from.gen {
 				// Rewritten or unmapped since the cleaner read it.
 				i++
 				continue
 			}
 			run = 1
 		}
-		if mapped && s.open != nil && l.slot == s.open.slot {
+		if mapped && l.slot == s.open.slot {
 			// Rewritten while its stripe is open: in place.
 			copy((*s.open.buf)[l.sec*SectorSize:(l.sec+run)*SectorSize], data[i*SectorSize:])
 			seq = s.open.seq
 			s.hostSecs += int64(run)
 			i += run
 			continue
-		}
-		if err := s.openLocked(from != nil); err != nil {
-			return seq, err
 		}
 		o := s.open
 		// The whole run fits up to the stripe's end; the summary takes a
@@ -416,8 +428,10 @@ func (s *Store) writeOutLocked(through uint64) (uint64, error) {
 	}
 }
 
-// syncDevicesLocked fsyncs the shard file of every writable device
-// written since its last fsync, and probes every writable device. A
+// syncDevicesLocked makes durable the shard file of every writable device
+// written since its last flush (syncFiles: an fdatasync each, or one cache
+// flush for the devices of one disk that wrote over allocated slots), and
+// probes every writable device. A
 // device whose fsync or probe fails is taken out, and its shards of the
 // stripes written since the last fsync are marked missing. flushMu is
 // held.
@@ -426,11 +440,22 @@ func (s *Store) syncDevicesLocked() error {
 	unsynced := s.unsynced
 	s.unsynced = nil
 	s.lmu.Unlock()
+	var tasks []flushTask
+	for _, d := range s.devs {
+		if d.writable() && d.unsynced.Swap(false) {
+			tasks = append(tasks, flushTask{d: d, f: d.files.Load()})
+		}
+	}
+	syncFiles(tasks)
+	failed := map[*device]error{}
+	for _, t := range tasks {
+		if t.err != nil {
+			failed[t.d] = t.err
+		}
+	}
 	synced := s.forWritable(func(d *device, f *devFiles) error {
-		if d.unsynced.Swap(false) {
-			if err := f.data.Sync(); err != nil {
-				return err
-			}
+		if err := failed[d]; err != nil {
+			return err
 		}
 		// A device whose directory is gone still syncs its open file.
 		_, err := f.fs.Stat(identityFile)

@@ -569,6 +569,9 @@ func (s *Store) startRebuild(d *device, newFS vfs.FS) (deviceRecord, error) {
 	}
 	id := identity{Device: rec.Device, Store: s.id, Pos: pos, Geo: s.geo, Unit: s.unit, Created: time.Now().UnixNano(), Golden: s.golden}
 	files, err := formatDevice(fsys, id, func(db *bolt.DB) error { return copyMeta(db, src.db) })
+	if err == nil {
+		err = s.trackAlloc(files, false)
+	}
 	if err != nil {
 		return deviceRecord{}, &DeviceError{Pos: pos, Device: fsys.String(), Err: err}
 	}

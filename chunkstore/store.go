@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,6 +157,7 @@ type Store struct {
 	dataSlots  int64    // slots holding a stripe (or the open one)
 	dataCap    int64    // sectors those stripes can hold (capOf; the open one counts full)
 	ckptNeeded bool     // a change the roll-forward cannot redo (unmap, chunk record) waits for a checkpoint
+	ckptBusy   bool     // a checkpoint in flight carries such changes (it took ckptNeeded)
 	maxRuns    int
 	scratch    []pageRun
 	runPool    [][]sumRun
@@ -561,7 +563,15 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 			*soft = append(*soft, d.devErr(fmt.Errorf("%w: %v", ErrDeviceMissing, err)))
 			continue
 		}
-		d.files.Store(&devFiles{fs: d.fsys(), id: ids[i], data: data, db: r.db})
+		files := &devFiles{fs: d.fsys(), id: ids[i], data: data, db: r.db}
+		if err := s.trackAlloc(files, true); err != nil {
+			_ = data.Close()
+			_ = r.db.Close()
+			reps[i].db = nil
+			*soft = append(*soft, d.devErr(fmt.Errorf("%w: %v", ErrDeviceMissing, err)))
+			continue
+		}
+		d.files.Store(files)
 		if st.devices[i].State == recRebuilding {
 			d.state.Store(int32(DeviceRebuilding))
 		} else {
@@ -582,18 +592,25 @@ func (s *Store) load(st *metaState) {
 	s.failed = map[uint64]*logStripe{}
 	s.dirtySlots = map[uint64]struct{}{}
 	shared := 0
+	var why []string // the first few, for the message
+	bad := func(format string, args ...any) {
+		shared++
+		if len(why) < 4 {
+			why = append(why, fmt.Sprintf(format, args...))
+		}
+	}
 	for slot, r := range st.slots {
 		si := s.slotAt(slot)
 		*si = slotInfo{used: true, key: r.Key, ext: r.Ext, sectors: int32(r.Sectors)}
 		s.dataSlots++
 		s.dataCap += s.capOf(si)
 		if !s.alloc.markUsed(slot) {
-			shared++
+			bad("slot %d recorded twice", slot)
 		}
 	}
 	for _, slot := range st.resv {
 		if !s.alloc.markUsed(slot) {
-			shared++
+			bad("slot %d recorded and reserved", slot)
 		}
 	}
 	addOwner := func(owner uint64) {
@@ -604,7 +621,7 @@ func (s *Store) load(st *metaState) {
 				if r.slot >= uint64(len(s.slots)) || !s.slots[r.slot].used {
 					// Cannot happen by construction: the read would fail its
 					// header check; count it like a slot named twice.
-					shared++
+					bad("slot %d mapped by owner %d, not recorded", r.slot, owner)
 					continue
 				}
 				s.slots[r.slot].live += int32(r.n)
@@ -627,11 +644,22 @@ func (s *Store) load(st *metaState) {
 		s.chunks.byOwner[r.Owner] = id
 		addOwner(r.Owner)
 	}
+	// No owner in use may be handed out again: the superblock's next
+	// owner is above every owner its checkpoint names (commitLocked reads
+	// it after the chunk records).
+	for owner := range s.owners {
+		if owner >= s.owner.Load() {
+			if invariants {
+				panic(fmt.Sprintf("chunkstore: owner %d is in use, the superblock's next owner is %d", owner, s.owner.Load()))
+			}
+			s.owner.Store(owner + 1)
+		}
+	}
 	if shared > 0 {
 		if invariants {
-			panic(fmt.Sprintf("chunkstore: %d slots are named twice or not at all", shared))
+			panic(fmt.Sprintf("chunkstore: %d slots are named twice or not at all: %s", shared, strings.Join(why, "; ")))
 		}
-		s.log.Error("chunkstore: metadata names some slots twice or not at all", "slots", shared)
+		s.log.Error("chunkstore: metadata names some slots twice or not at all", "slots", shared, "first", strings.Join(why, "; "))
 	}
 	// A checkpoint records every stripe written before its snapshot, also
 	// one whose every sector was rewritten while it was being written:
@@ -703,10 +731,20 @@ func (s *Store) Sync() error {
 		return err
 	}
 	s.lmu.Lock()
-	need := s.ckptNeeded
+	need := s.ckptNeeded || s.ckptBusy
 	s.lmu.Unlock()
 	if need {
-		return s.commit()
+		// A checkpoint in flight may carry this caller's changes: wait
+		// for it, and checkpoint again only if it failed (it puts
+		// ckptNeeded back) or more changes came.
+		s.commitMu.Lock()
+		defer s.commitMu.Unlock()
+		s.lmu.Lock()
+		need = s.ckptNeeded
+		s.lmu.Unlock()
+		if need {
+			return s.commitLocked(nil)
+		}
 	}
 	return s.flushLog(s.lastSeq())
 }

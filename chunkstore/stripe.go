@@ -319,15 +319,18 @@ func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, sh
 	}()
 	var iovArr [2 * maxBatch][]byte
 	iov := iovArr[:0]
-	var runStart uint64
+	first := 0 // the run is writes[first:first+len(iov)/2]
 	flush := func() error {
 		if len(iov) == 0 {
 			return nil
 		}
 		d.writes.Add(1)
-		d.unsynced.Store(true)
-		n, err := f.data.WriteAtv(iov, s.slotOffset(runStart))
+		n, err := f.data.WriteAtv(iov, s.slotOffset(writes[first].slot))
 		s.stats.deviceBytes.Add(int64(n))
+		for _, w := range writes[first : first+len(iov)/2] {
+			s.wrote(d, f, w.slot, len(shards[w.stripe][w.shard]))
+		}
+		first += len(iov) / 2
 		iov = iov[:0]
 		if err != nil {
 			d.errs.Add(1)
@@ -347,11 +350,20 @@ func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, sh
 			if err := flush(); err != nil {
 				return err
 			}
-			runStart = w.slot
 		}
 		iov = append(iov, h.b[:], payload)
 	}
 	return flush()
+}
+
+// wrote records, once a write of a shard of length n into slot has
+// completed (or failed), that the device has something to flush. Not
+// before: a flush running meanwhile would take the mark and sync before
+// the write landed, and the flush that needs the write would find nothing
+// to sync.
+func (s *Store) wrote(d *device, f *devFiles, slot uint64, n int) {
+	f.alloc.note(slot, n == s.unit)
+	d.unsynced.Store(true)
 }
 
 // encodeShardHeader fills h's header region (the header, the stripe's
@@ -376,9 +388,9 @@ func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, pa
 	defer s.bufs.putHdr(h)
 	s.encodeShardHeader(h, key, slot, gen, i, payload, summary)
 	d.writes.Add(1)
-	d.unsynced.Store(true)
 	n, err := f.data.WriteAtv([][]byte{h.b[:], payload}, s.slotOffset(slot))
 	s.stats.deviceBytes.Add(int64(n))
+	s.wrote(d, f, slot, len(payload))
 	if err != nil {
 		d.errs.Add(1)
 		return err

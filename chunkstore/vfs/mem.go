@@ -37,7 +37,17 @@ type MemFS struct {
 	clock *CrashClock // nil: never crashes by clock
 	host  string      // directory for HostPath; "" = unsupported
 	name  string
+
+	// disk is the disk the FS is on (SharedFlush): its clock's when it
+	// has one, so that every FS of a clock shares one disk cache; its own
+	// otherwise. flushing holds the files with bytes written back and not
+	// yet flushed.
+	disk     uint64
+	flushing map[*memFile]struct{}
 }
+
+// diskIDs numbers the simulated disks.
+var diskIDs atomic.Uint64
 
 var _ FS = (*MemFS)(nil)
 
@@ -71,7 +81,21 @@ func NewMem(opts ...MemOption) *MemFS {
 	for _, o := range opts {
 		o(m)
 	}
+	m.join()
 	return m
+}
+
+// join puts a new FS on its disk.
+func (m *MemFS) join() {
+	m.flushing = map[*memFile]struct{}{}
+	if m.clock == nil {
+		m.disk = diskIDs.Add(1)
+		return
+	}
+	m.clock.mu.Lock()
+	defer m.clock.mu.Unlock()
+	m.disk = m.clock.disk
+	m.clock.members = append(m.clock.members, m)
 }
 
 type memNode interface{ isNode() }
@@ -82,6 +106,42 @@ type memFile struct {
 	// dirtyLo, dirtyHi bound the bytes written since the last Sync.
 	dirtyLo, dirtyHi int64
 	modTime          time.Time
+
+	// SharedFlush's model, by pages of memPage bytes: alloc marks the
+	// pages a Sync made durable after they were written (allocated
+	// blocks), written those written since the last Sync, and ondev holds
+	// the allocated pages WriteBack put on the device, which the next
+	// flush of the disk makes durable.
+	alloc, written []uint64
+	ondev          map[int64][]byte
+}
+
+// memPage is the block size of MemFS's allocation model.
+const memPage = 4096
+
+func setBits(bm *[]uint64, lo, hi int64) {
+	for p := lo; p < hi; p++ {
+		w := int(p / 64)
+		for len(*bm) <= w {
+			*bm = append(*bm, 0)
+		}
+		(*bm)[w] |= 1 << (p % 64)
+	}
+}
+
+func hasBit(bm []uint64, p int64) bool {
+	w := int(p / 64)
+	return w < len(bm) && bm[w]&(1<<(p%64)) != 0
+}
+
+// clearFrom clears the bits of pages p and above.
+func clearFrom(bm []uint64, p int64) []uint64 {
+	w := int(p / 64)
+	if w >= len(bm) {
+		return bm
+	}
+	bm[w] &= 1<<(p%64) - 1
+	return bm[:w+1]
 }
 
 type memDir struct {
@@ -104,11 +164,13 @@ type CrashClock struct {
 	ops     int64
 	limit   int64 // crash when ops reaches limit; < 0: never
 	crashed bool
+	disk    uint64   // the disk its FS share
+	members []*MemFS // the FS on that disk
 }
 
 // NewCrashClock returns a clock that does not crash until CrashAfter or
 // Crash is called.
-func NewCrashClock() *CrashClock { return &CrashClock{limit: -1} }
+func NewCrashClock() *CrashClock { return &CrashClock{limit: -1, disk: diskIDs.Add(1)} }
 
 // CrashAfter arms the clock: the operation that would be the n-th from now
 // (n ≥ 0) fails, and so does everything after it.
@@ -422,6 +484,7 @@ func (m *MemFS) Crash(opts ...MemOption) *MemFS {
 	for _, o := range opts {
 		o(n)
 	}
+	n.join()
 	return n
 }
 
@@ -439,7 +502,7 @@ func (d *memDir) crashCopy() *memDir {
 		var c memNode
 		switch n := n.(type) {
 		case *memFile:
-			c = &memFile{data: clone(n.synced), synced: clone(n.synced), modTime: n.modTime}
+			c = &memFile{data: clone(n.synced), synced: clone(n.synced), modTime: n.modTime, alloc: clone64(n.alloc)}
 		case *memDir:
 			c = n.crashCopy()
 		}
@@ -450,6 +513,8 @@ func (d *memDir) crashCopy() *memDir {
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+func clone64(b []uint64) []uint64 { return append([]uint64(nil), b...) }
 
 func (f *memFile) markDirty(lo, hi int64) {
 	if f.dirtyLo == f.dirtyHi {
@@ -473,6 +538,51 @@ func (f *memFile) sync() {
 	lo, hi := min(f.dirtyLo, n), min(f.dirtyHi, n)
 	copy(f.synced[lo:hi], f.data[lo:hi])
 	f.dirtyLo, f.dirtyHi = 0, 0
+	// Blocks written are allocated now, up to the size (a partial last
+	// page too: its block exists).
+	last := (n + memPage - 1) / memPage
+	for w, bits := range f.written {
+		for b := range 64 {
+			if bits&(1<<b) != 0 && int64(w*64+b) < last {
+				setBits(&f.alloc, int64(w*64+b), int64(w*64+b)+1)
+			}
+		}
+	}
+	f.written = f.written[:0]
+	f.alloc = clearFrom(f.alloc, last)
+	f.ondev = nil
+}
+
+// writeBack records the allocated pages among the dirty bytes as on the
+// device. Caller holds the FS's mu.
+func (f *memFile) writeBack() bool {
+	if f.dirtyLo == f.dirtyHi {
+		return false
+	}
+	n := int64(len(f.data))
+	any := false
+	for p := f.dirtyLo / memPage; p*memPage < min(f.dirtyHi, n); p++ {
+		if !hasBit(f.alloc, p) {
+			continue
+		}
+		if f.ondev == nil {
+			f.ondev = map[int64][]byte{}
+		}
+		f.ondev[p] = clone(f.data[p*memPage : min((p+1)*memPage, n)])
+		any = true
+	}
+	return any
+}
+
+// flushed makes the pages on the device durable: the disk's cache was
+// flushed. Caller holds the FS's mu.
+func (f *memFile) flushed() {
+	for p, b := range f.ondev {
+		if off := p * memPage; off+int64(len(b)) <= int64(len(f.synced)) {
+			copy(f.synced[off:], b)
+		}
+	}
+	f.ondev = nil
 }
 
 // memHandle is an open MemFS file.
@@ -573,16 +683,85 @@ func (h *memHandle) writeAt(p []byte, off int64) (int, error) {
 	}
 	copy(h.f.data[off:], p)
 	h.f.markDirty(off, end)
+	if len(p) > 0 {
+		setBits(&h.f.written, off/memPage, (end+memPage-1)/memPage)
+	}
 	h.f.modTime = time.Now()
 	return len(p), nil
 }
 
+// Sync syncs the file and flushes its disk: bytes written back over
+// allocated pages of every file of every FS on the disk become durable
+// (SharedFlush). It fails if an FS on the disk has crashed meanwhile.
 func (h *memHandle) Sync() error {
 	if err := h.begin("sync"); err != nil {
 		return err
 	}
-	defer h.fs.mu.Unlock()
 	h.f.sync()
+	delete(h.fs.flushing, h.f)
+	h.fs.mu.Unlock()
+	members := []*MemFS{h.fs}
+	if c := h.fs.clock; c != nil {
+		c.mu.Lock()
+		members = append([]*MemFS(nil), c.members...)
+		c.mu.Unlock()
+	}
+	lost := false
+	for _, m := range members {
+		m.mu.Lock()
+		// A flush after the clock ran out did not happen.
+		if m.state == memLive && (m.clock == nil || !m.clock.Crashed()) {
+			for f := range m.flushing {
+				f.flushed()
+			}
+			clear(m.flushing)
+		} else if len(m.flushing) > 0 {
+			lost = true
+		}
+		m.mu.Unlock()
+	}
+	if lost {
+		return pathErr("sync", h.name, ErrCrashed)
+	}
+	return nil
+}
+
+// Disk implements SharedFlush: every FS of a CrashClock shares a disk,
+// and MemFS writes in place.
+func (h *memHandle) Disk() (uint64, bool) { return h.fs.disk, true }
+
+// WriteBack implements SharedFlush.
+func (h *memHandle) WriteBack() error {
+	if err := h.begin("writeback"); err != nil {
+		return err
+	}
+	defer h.fs.mu.Unlock()
+	if h.f.writeBack() {
+		h.fs.flushing[h.f] = struct{}{}
+	}
+	return nil
+}
+
+// Allocated implements SharedFlush.
+func (h *memHandle) Allocated(fn func(off, n int64)) error {
+	if err := h.begin("allocated"); err != nil {
+		return err
+	}
+	defer h.fs.mu.Unlock()
+	size := int64(len(h.f.data))
+	var lo int64 = -1
+	for p := int64(0); p*memPage < size; p++ {
+		switch in := hasBit(h.f.alloc, p); {
+		case in && lo < 0:
+			lo = p * memPage
+		case !in && lo >= 0:
+			fn(lo, p*memPage-lo)
+			lo = -1
+		}
+	}
+	if lo >= 0 {
+		fn(lo, size-lo)
+	}
 	return nil
 }
 
@@ -608,6 +787,15 @@ func (h *memHandle) Truncate(size int64) error {
 	old := int64(len(h.f.data))
 	if size <= old {
 		h.f.data = h.f.data[:size]
+		// The blocks past the end are gone, or will be at the next Sync.
+		last := (size + memPage - 1) / memPage
+		h.f.alloc = clearFrom(h.f.alloc, last)
+		h.f.written = clearFrom(h.f.written, last)
+		for p := range h.f.ondev {
+			if p >= last {
+				delete(h.f.ondev, p)
+			}
+		}
 	} else {
 		h.f.data = append(h.f.data, make([]byte, size-old)...)
 	}

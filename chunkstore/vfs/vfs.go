@@ -67,6 +67,38 @@ type File interface {
 	WriteAtv(bufs [][]byte, off int64) (int, error)
 }
 
+// SharedFlush is implemented by Files whose writes over allocated blocks
+// can be made durable by a cache flush of their disk alone, so that the
+// shards of one write on several files of one disk need one flush, not
+// one each. The rules it adds to File.Sync's:
+//
+//   - A byte range is allocated once a Sync has made its blocks durable
+//     (Allocated lists such ranges). Writing over it changes no metadata
+//     on a file system that writes in place: ext4 and XFS do, copy-on-write
+//     file systems (btrfs, ZFS) do not, and there Disk reports false.
+//   - WriteBack puts the file's dirty bytes on the device (and its
+//     volatile cache) without a flush or a metadata write.
+//   - A Sync of any file on the same disk (same Disk id) flushes the
+//     disk's cache: written-back bytes over allocated ranges of every file
+//     there are then durable. Bytes over ranges not yet allocated are not,
+//     until their own file's Sync.
+//
+// Linux's fdatasync(2) issues the cache flush even for a file with nothing
+// to write (ext4_sync_file, xfs_file_fsync), after every write that had
+// completed when it was called. InjectFS does not pass it through.
+type SharedFlush interface {
+	// Disk identifies the disk the file is on (st_dev), and reports
+	// whether its file system writes allocated blocks in place.
+	Disk() (id uint64, inPlace bool)
+	// WriteBack writes the file's dirty bytes to the device and waits for
+	// them (sync_file_range(2): WAIT_BEFORE, WRITE, WAIT_AFTER).
+	WriteBack() error
+	// Allocated calls fn for each byte range of the file that has blocks
+	// (SEEK_DATA, SEEK_HOLE), in order. Sync the file first: Linux counts
+	// dirty pages not yet allocated as data.
+	Allocated(fn func(off, n int64)) error
+}
+
 // Op names one kind of operation, for error injection and counting.
 type Op uint8
 

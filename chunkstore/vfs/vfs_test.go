@@ -1,6 +1,7 @@
 package vfs_test
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"io/fs"
@@ -282,4 +283,105 @@ func TestVectoredIO(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMemSharedFlush checks MemFS's model of SharedFlush: a Sync of one
+// file flushes the disk, which makes durable the bytes other files of any
+// FS of the same clock wrote back over allocated pages, and nothing else.
+func TestMemSharedFlush(t *testing.T) {
+	clock := vfs.NewCrashClock()
+	a := vfs.NewMem(vfs.WithCrashClock(clock))
+	b := vfs.NewMem(vfs.WithCrashClock(clock))
+	other := vfs.NewMem() // another disk
+	open := func(m *vfs.MemFS, name string) vfs.File {
+		f, err := m.OpenFile(name, os.O_RDWR|os.O_CREATE)
+		require.NoError(t, err)
+		require.NoError(t, m.SyncDir("."))
+		return f
+	}
+	fa, fb, fo := open(a, "a"), open(b, "b"), open(other, "o")
+	sa := fa.(vfs.SharedFlush)
+	ida, ok := sa.Disk()
+	require.True(t, ok)
+	idb, _ := fb.(vfs.SharedFlush).Disk()
+	ido, _ := fo.(vfs.SharedFlush).Disk()
+	assert.Equal(t, ida, idb, "one clock, one disk")
+	assert.NotEqual(t, ida, ido)
+
+	page := func(c byte) []byte { return bytes.Repeat([]byte{c}, 4096) }
+	// Page 0 of a is allocated once a Sync made it durable; page 1 is
+	// not (written after).
+	_, err := fa.WriteAt(page('1'), 0)
+	require.NoError(t, err)
+	require.NoError(t, fa.Sync())
+	var ranges [][2]int64
+	require.NoError(t, sa.Allocated(func(off, n int64) { ranges = append(ranges, [2]int64{off, n}) }))
+	assert.Equal(t, [][2]int64{{0, 4096}}, ranges)
+
+	// Overwrite page 0, extend with page 1, write back, and flush the
+	// disk through b: page 0 is durable, page 1 (unallocated) is not; a
+	// Sync on the other disk would have flushed nothing of a.
+	_, err = fa.WriteAtv([][]byte{page('2'), page('3')}, 0)
+	require.NoError(t, err)
+	require.NoError(t, sa.WriteBack())
+	require.NoError(t, fo.Sync())
+	_, err = fb.WriteAt([]byte("b"), 0)
+	require.NoError(t, err)
+	require.NoError(t, fb.Sync())
+	// Written after the write-back: not on the device.
+	_, err = fa.WriteAt(page('4'), 0)
+	require.NoError(t, err)
+
+	clock.Crash()
+	got, err := vfs.ReadFile(a.Crash(), "a")
+	require.NoError(t, err)
+	assert.Equal(t, page('2'), got, "page 0 as written back, page 1 lost with the size")
+	got, err = vfs.ReadFile(b.Crash(), "b")
+	require.NoError(t, err)
+	assert.Equal(t, "b", string(got))
+}
+
+// TestMemSharedFlushAfterCrash: a flush that the clock stopped does not
+// make written-back bytes durable, and says so.
+func TestMemSharedFlushAfterCrash(t *testing.T) {
+	clock := vfs.NewCrashClock()
+	a := vfs.NewMem(vfs.WithCrashClock(clock))
+	f, err := a.OpenFile("a", os.O_RDWR|os.O_CREATE)
+	require.NoError(t, err)
+	require.NoError(t, a.SyncDir("."))
+	_, err = f.WriteAt([]byte("old"), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	_, err = f.WriteAt([]byte("new"), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.(vfs.SharedFlush).WriteBack())
+	clock.CrashAfter(0)
+	assert.ErrorIs(t, f.Sync(), vfs.ErrCrashed)
+	got, err := vfs.ReadFile(a.Crash(), "a")
+	require.NoError(t, err)
+	assert.Equal(t, "old", string(got))
+}
+
+// TestOSSharedFlush: on the host, the calls work and Allocated sees holes.
+func TestOSSharedFlush(t *testing.T) {
+	fsys := vfs.NewOS(t.TempDir())
+	f, err := fsys.OpenFile("f", os.O_RDWR|os.O_CREATE)
+	require.NoError(t, err)
+	defer f.Close()
+	sf, ok := f.(vfs.SharedFlush)
+	require.True(t, ok)
+	_, inPlace := sf.Disk()
+	t.Logf("in place: %v", inPlace)
+	_, err = f.WriteAt(bytes.Repeat([]byte{1}, 4096), 1<<20)
+	require.NoError(t, err)
+	require.NoError(t, sf.WriteBack())
+	require.NoError(t, f.Sync())
+	var ranges [][2]int64
+	require.NoError(t, sf.Allocated(func(off, n int64) { ranges = append(ranges, [2]int64{off, n}) }))
+	require.NotEmpty(t, ranges)
+	// A file system may allocate more than was written, never less, and
+	// the hole before it stays a hole where the file system has holes.
+	last := ranges[len(ranges)-1]
+	assert.LessOrEqual(t, last[0], int64(1<<20))
+	assert.GreaterOrEqual(t, last[0]+last[1], int64(1<<20+4096))
 }
