@@ -159,9 +159,17 @@
 // later moves what is still live (1.59× of that). Group commit makes short
 // stripes rare under load: every Sync and FUA write that arrives while a
 // flush is running is covered by the next one, which seals one stripe
-// holding all their data and fsyncs every device once (flushLog: flushes
-// are serialised, and a caller whose data an earlier flush covered
-// returns without one).
+// holding all their data and makes every device written since the last
+// flush durable once (flushLog: flushes are serialised, and a caller whose
+// data an earlier flush covered returns without one). Devices whose shard
+// files share a disk and that wrote only over blocks already allocated
+// share one cache flush: each is written back (sync_file_range) and one
+// fdatasync flushes the disk (syncFiles, vfs.SharedFlush), so a 4 KiB FUA
+// write on a store whose devices are directories of one disk costs one
+// flush, as on a plain file, not one per shard. Each device knows which
+// slots its file has blocks for (SEEK_DATA at Open, then every slot
+// written whole and synced); a write anywhere else has its own fdatasync,
+// which allocates.
 //
 // A flush does not touch the metadata: the roll-forward at Open finds
 // the stripes written since the last checkpoint (below). Unmaps, chunk
@@ -258,9 +266,19 @@
 //     promise allows. A chunk's sectors in the log whose record was never
 //     checkpointed belong to an owner the checkpoint does not know, and
 //     are ignored.
+//   - A device is marked as having something to flush only once a write
+//     to it has completed, so a flush never takes the mark of a write in
+//     flight, syncs before it lands, and leaves the flush that needs it
+//     with nothing to sync.
+//   - A Sync that finds a checkpoint in flight carrying its unmaps or
+//     chunk records waits for it (and checkpoints again if it failed).
+//   - A checkpoint's next owner is read after its chunk records, so no
+//     owner it names is handed out again after a crash.
 //   - A cleaner's move is a log append of the same bytes: a crash leaves
 //     the victim (it is freed only by a checkpoint after the move) and
-//     maybe the copy.
+//     maybe the copy. It moves a sector only if, once it has room in the
+//     log, the map still points at the victim and the victim's slot still
+//     holds the same generation.
 //   - Generations are reserved in blocks of 2^40 that are committed ahead
 //     of use, so a slot reused after a crash never carries the generation
 //     of a stripe the metadata knows.
@@ -420,8 +438,11 @@
 //   - A lone flushed 4 KiB sector costs a short stripe: six shard writes
 //     and a slot for the cleaner to reclaim. Zero-padding data shards are
 //     written too; not writing them would halve that.
-//   - Every flush fsyncs every device, also those the flushed stripes did
-//     not touch.
+//   - Sharing a cache flush relies on the file system writing allocated
+//     blocks in place and on fdatasync flushing the disk even for a file
+//     with nothing dirty: ext4 in its default data=ordered mode and XFS do.
+//     Other file systems get an fdatasync per device; ext4 mounted with
+//     data=journal is not detected.
 //   - Shard files grow to the high-water mark of slots and never shrink;
 //     freed slots are reused (the reservation takes the lowest first), not
 //     punched out. A released slot joins the reservation two checkpoints
