@@ -42,7 +42,7 @@ func startConfig(cfg serveConfig) (admin.Config, bool, error) {
 	if cfg.ConfigFile != "" {
 		c, err := admin.ReadConfigFile(cfg.ConfigFile)
 		if err != nil {
-			return admin.Config{}, false, fmt.Errorf("--config %v", err)
+			return admin.Config{}, false, fmt.Errorf("--config: %v", err)
 		}
 		return c, true, nil
 	}
@@ -67,52 +67,53 @@ func startConfig(cfg serveConfig) (admin.Config, bool, error) {
 func flagsConfig(cfg serveConfig) admin.Config {
 	var c admin.Config
 	type ns struct {
-		bdev string
-		nsid uint32
+		bdev   string
+		nsid   uint32
+		origin string
 	}
 	var nss []ns
 	for i, spec := range cfg.Namespaces {
 		nsid := uint32(i + 1)
 		switch spec.Kind {
 		case "ec":
-			c.Add(admin.SubsystemCapsule, "volume_create", map[string]any{"name": spec.Name, "size": spec.Size, "block_size": cfg.BlockSize})
-			nss = append(nss, ns{spec.Name, nsid})
+			c.AddFrom("--namespace "+spec.String(), admin.SubsystemCapsule, "volume_create", map[string]any{"name": spec.Name, "size": spec.Size, "block_size": cfg.BlockSize})
+			nss = append(nss, ns{spec.Name, nsid, "--namespace " + spec.String()})
 		case "mem":
 			name := fmt.Sprintf("mem%d", nsid)
-			c.Add(admin.SubsystemBdev, "bdev_malloc_create", map[string]any{"name": name,
+			c.AddFrom("--namespace "+spec.String(), admin.SubsystemBdev, "bdev_malloc_create", map[string]any{"name": name,
 				"num_blocks": spec.Size / int64(cfg.BlockSize), "block_size": cfg.BlockSize})
-			nss = append(nss, ns{name, nsid})
+			nss = append(nss, ns{name, nsid, "--namespace " + spec.String()})
 		case "file":
 			name := fmt.Sprintf("file%d", nsid)
 			p := map[string]any{"name": name, "filename": spec.Path, "block_size": cfg.BlockSize}
 			if spec.Size > 0 {
 				p["size"] = spec.Size
 			}
-			c.Add(admin.SubsystemBdev, "bdev_aio_create", p)
-			nss = append(nss, ns{name, nsid})
+			c.AddFrom("--namespace "+spec.String(), admin.SubsystemBdev, "bdev_aio_create", p)
+			nss = append(nss, ns{name, nsid, "--namespace " + spec.String()})
 		}
 	}
 	if cfg.hasEC() && cfg.FS != "" {
-		c.Add(admin.SubsystemCapsule, "fs_create", map[string]any{"name": cfg.FS})
-		nss = append(nss, ns{cfg.FS, uint32(len(cfg.Namespaces) + 1)})
+		c.AddFrom("--fs "+cfg.FS, admin.SubsystemCapsule, "fs_create", map[string]any{"name": cfg.FS})
+		nss = append(nss, ns{cfg.FS, uint32(len(cfg.Namespaces) + 1), "--fs " + cfg.FS})
 	}
 	for _, u := range cfg.Listeners {
 		a, err := admin.ListenAddressOf(u)
 		if err != nil { // Validate checked every URL
 			panic(fmt.Sprintf("listener %s: %v", u, err))
 		}
-		c.Add(admin.SubsystemNVMf, "nvmf_subsystem_add_listener", map[string]any{"nqn": nvmeof.DiscoveryNQN, "listen_address": a})
+		c.AddFrom("--listen "+u, admin.SubsystemNVMf, "nvmf_subsystem_add_listener", map[string]any{"nqn": nvmeof.DiscoveryNQN, "listen_address": a})
 	}
-	c.Add(admin.SubsystemNVMf, "nvmf_create_subsystem", map[string]any{"nqn": cfg.NQN, "allow_any_host": cfg.AllowAnyHost})
+	c.AddFrom("--nqn "+cfg.NQN, admin.SubsystemNVMf, "nvmf_create_subsystem", map[string]any{"nqn": cfg.NQN, "allow_any_host": cfg.AllowAnyHost})
 	for _, u := range cfg.Listeners { // every listener serves the subsystem
 		a, _ := admin.ListenAddressOf(u)
-		c.Add(admin.SubsystemNVMf, "nvmf_subsystem_add_listener", map[string]any{"nqn": cfg.NQN, "listen_address": a})
+		c.AddFrom("--listen "+u, admin.SubsystemNVMf, "nvmf_subsystem_add_listener", map[string]any{"nqn": cfg.NQN, "listen_address": a})
 	}
 	for _, h := range cfg.AllowHosts {
-		c.Add(admin.SubsystemNVMf, "nvmf_subsystem_add_host", map[string]any{"nqn": cfg.NQN, "host": h})
+		c.AddFrom("--allow-host "+h, admin.SubsystemNVMf, "nvmf_subsystem_add_host", map[string]any{"nqn": cfg.NQN, "host": h})
 	}
 	for _, n := range nss {
-		c.Add(admin.SubsystemNVMf, "nvmf_subsystem_add_ns", map[string]any{"nqn": cfg.NQN,
+		c.AddFrom(n.origin, admin.SubsystemNVMf, "nvmf_subsystem_add_ns", map[string]any{"nqn": cfg.NQN,
 			"namespace": map[string]any{"bdev_name": n.bdev, "nsid": n.nsid}})
 	}
 	return c

@@ -29,6 +29,9 @@ type ConfigSubsystem struct {
 type ConfigEntry struct {
 	Method string          `json:"method"`
 	Params json.RawMessage `json:"params,omitempty"`
+	// Origin, if set, names the entry in errors in place of its place
+	// in the file: the command-line flag it was made from.
+	Origin string `json:"-"`
 }
 
 // The subsystems of capsule's config, in the order save_config writes
@@ -75,18 +78,21 @@ func ReadConfigFile(path string) (Config, error) {
 }
 
 // Add appends a call to the subsystem's part, creating it if needed.
-func (c *Config) Add(subsystem, method string, params any) {
+func (c *Config) Add(subsystem, method string, params any) { c.AddFrom("", subsystem, method, params) }
+
+// AddFrom is Add with the entry's Origin.
+func (c *Config) AddFrom(origin, subsystem, method string, params any) {
 	b, err := json.Marshal(params)
 	if err != nil {
 		panic(fmt.Sprintf("admin: params of %s do not encode: %v", method, err))
 	}
 	for i := range c.Subsystems {
 		if c.Subsystems[i].Subsystem == subsystem {
-			c.Subsystems[i].Config = append(c.Subsystems[i].Config, ConfigEntry{Method: method, Params: b})
+			c.Subsystems[i].Config = append(c.Subsystems[i].Config, ConfigEntry{Method: method, Params: b, Origin: origin})
 			return
 		}
 	}
-	c.Subsystems = append(c.Subsystems, ConfigSubsystem{Subsystem: subsystem, Config: []ConfigEntry{{Method: method, Params: b}}})
+	c.Subsystems = append(c.Subsystems, ConfigSubsystem{Subsystem: subsystem, Config: []ConfigEntry{{Method: method, Params: b, Origin: origin}}})
 }
 
 // entryName names a config entry in errors: subsystems[i].config[j] and

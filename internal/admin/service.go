@@ -118,6 +118,9 @@ func (sv *Service) checkConfig(cfg Config) ([]step, error) {
 		}
 		for j, e := range sub.Config {
 			name := entryName(i, j, e.Method)
+			if e.Origin != "" {
+				name = e.Origin
+			}
 			if !contains(allowed, e.Method) {
 				return nil, fmt.Errorf("%s: not a method of subsystem %q here (it takes %s)", name, sub.Subsystem, strings.Join(allowed, ", "))
 			}
