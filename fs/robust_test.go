@@ -190,8 +190,23 @@ func TestCutsDuringChanges(t *testing.T) {
 						return
 					case <-time.After(cutEvery):
 					}
+					// The next cut waits for the host to have come back
+					// from the last (or 2 s, if that cut reached no
+					// connection in use): on a loaded machine a reconnect
+					// can take longer than cutEvery, and cuts that always
+					// land inside the setup would test nothing but the
+					// reconnect timeout.
+					last := c.Controller().Stats().Reconnects
 					cut()
 					cuts.Add(1)
+					deadline := time.Now().Add(2 * time.Second)
+					for c.Controller().Stats().Reconnects == last && time.Now().Before(deadline) {
+						select {
+						case <-stop:
+							return
+						case <-time.After(5 * time.Millisecond):
+						}
+					}
 				}
 			}()
 			// At least this many files, and on until the connection has
