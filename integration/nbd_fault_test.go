@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,8 +141,16 @@ func TestNBDTargetKilled(t *testing.T) {
 	}()
 	writeFlushed(t, uri)
 
+	sent := wcharOf(t, bridge.cmd.Process.Pid)
 	wait, running := startLoadRunning(t, uri, 2, "4k", false)
 	time.Sleep(time.Second)
+	// On a loaded machine fio may not have written yet: the kill must
+	// come after writes were acknowledged (the bridge has sent a few MiB
+	// to the target), or there is nothing for the flush to report.
+	for deadline := time.Now().Add(30 * time.Second); wcharOf(t, bridge.cmd.Process.Pid) < sent+4<<20; {
+		require.True(t, time.Now().Before(deadline), "fio wrote nothing through the bridge in 30 s")
+		time.Sleep(50 * time.Millisecond)
+	}
 	require.True(t, running())
 	tgt.kill9(t)
 	time.Sleep(500 * time.Millisecond) // the bridge sees the loss and starts reconnecting
@@ -277,4 +286,21 @@ func TestNBDStoreDamageUnderLoad(t *testing.T) {
 	out, err := wait()
 	require.NoError(t, err, "fio on 16 connections through the damage:\n%s", out)
 	verifyFlushed(t, uri)
+}
+
+// wcharOf returns the bytes process pid has written to files and
+// sockets (/proc/PID/io wchar).
+func wcharOf(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("no wchar in /proc/%d/io", pid)
+	return 0
 }
