@@ -51,6 +51,7 @@ func (s *Store) autoCommit() {
 		s.lmu.Lock()
 		need := s.resvLimit-s.pops <= uint64(s.resvSize/2) ||
 			(s.opts.commit > 0 && s.alloc.waiting() >= s.opts.commit) ||
+			s.shortSealed >= maxPrepare/2 ||
 			(timed && (s.ckptNeeded || len(s.dirtySlots) > 0))
 		s.lmu.Unlock()
 		if !need {
@@ -192,9 +193,18 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 		}
 		s.resv = s.resv[:head]
 	}
+	fresh := len(s.resv)
 	for len(s.resv) < s.resvSize {
 		s.resv = append(s.resv, s.alloc.get())
 	}
+	// Slots for the short stripes of flushes to come: as many as flushes
+	// sealed since the last snapshot, and a few more.
+	var prep []uint64
+	if short := s.shortSealed; short > 0 {
+		n := min(len(s.resv)-fresh, 2*short+resvHeadMin, maxPrepare)
+		prep = append(prep, s.resv[fresh:fresh+n]...)
+	}
+	s.shortSealed = 0
 	b.resv = append([]uint64(nil), s.resv...)
 	pops := s.pops
 	s.resvLimit = min(s.resvLimit, pops+uint64(head))
@@ -237,7 +247,9 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 		return err
 	}
 
-	// 2. Every stripe the snapshot names is written, then synced.
+	// 2. Every stripe the snapshot names is written, then synced; and so
+	// are the new reserved slots prepared for short stripes.
+	s.prepareSlots(prep)
 	if _, err := s.writeOutLocked(target); err != nil {
 		return fail(err)
 	}

@@ -225,3 +225,45 @@ func syncGroup(tasks []flushTask, g []int) {
 		}
 	}
 }
+
+// maxPrepare bounds the slots one checkpoint prepares (prepareSlots).
+const maxPrepare = 64
+
+// prepareSlots gives slots blocks on every device whose shard file has no
+// blocks for them yet, by writing zeros over their regions, so that the
+// short stripes a flush writes into them later change no metadata and
+// share their disk's cache flush (allocTrack). The caller's next
+// syncDevicesLocked makes the blocks durable; until then a flush into
+// them simply has its own fdatasync. The slots must be ones the log
+// cannot use yet (a checkpoint's new reservation, before the checkpoint
+// completes) and that hold nothing: whatever they held is garbage.
+func (s *Store) prepareSlots(slots []uint64) {
+	if len(slots) == 0 {
+		return
+	}
+	zero := make([]byte, s.slotSize)
+	for _, d := range s.devs {
+		f := d.files.Load()
+		if !d.writable() || f == nil || f.alloc == nil {
+			continue
+		}
+		for _, slot := range slots {
+			f.alloc.mu.Lock()
+			done := bitSet(f.alloc.done, slot)
+			f.alloc.mu.Unlock()
+			if done {
+				continue
+			}
+			d.writes.Add(1)
+			n, err := f.data.WriteAt(zero, s.slotOffset(slot))
+			s.stats.deviceBytes.Add(int64(n))
+			if err != nil {
+				// Only a preparation: the stripes written here later
+				// meet the error themselves.
+				d.errs.Add(1)
+				break
+			}
+			s.wrote(d, f, slot, s.unit)
+		}
+	}
+}

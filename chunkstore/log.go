@@ -184,6 +184,13 @@ func (s *Store) sealLocked() {
 	si.ext.ShardLen = o.shardLen
 	si.sectors = int32(o.n)
 	s.dataCap -= int64(s.capSectors() - k*per)
+	if o.n < s.capSectors() {
+		// Flushes are using slots one short stripe each: a checkpoint
+		// prepares more (prepareSlots).
+		if s.shortSealed++; s.shortSealed == maxPrepare/2 {
+			s.kickCommit()
+		}
+	}
 	s.unwritten[o.seq] = o
 	s.sealed = o.seq
 	s.inflight++

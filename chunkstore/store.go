@@ -136,33 +136,34 @@ type Store struct {
 	// written, the slot table, every owner's map, the reservation and the
 	// counters below. It is held for map operations and memory copies,
 	// never across device I/O. Taken after flushMu.
-	lmu        sync.Mutex
-	lcond      *sync.Cond // on lmu: a stripe was written, a checkpoint reserved slots
-	owners     map[uint64]*ownerMap
-	slots      []slotInfo // by slot
-	open       *logStripe
-	unwritten  map[uint64]*logStripe // sealed and being written, by seq
-	failed     map[uint64]*logStripe // sealed, the write failed, by seq
-	inflight   int
-	nextSeq    uint64   // seq of the newest stripe opened
-	sealed     uint64   // seq of the newest stripe sealed
-	resv       []uint64 // reserved slots, the next one first
-	resvSize   int      // how many a checkpoint reserves
-	resvHead   int      // how many of them the log may use while the next checkpoint is written
-	pops       uint64   // slots taken from the reservation since Open
-	resvLimit  uint64   // pops the last committed reservation covers
-	dirtySlots map[uint64]struct{}
-	unsynced   []uint64 // slots written since the last fsync of every device
-	liveTotal  int64    // sectors the maps point at
-	dataSlots  int64    // slots holding a stripe (or the open one)
-	dataCap    int64    // sectors those stripes can hold (capOf; the open one counts full)
-	ckptNeeded bool     // a change the roll-forward cannot redo (unmap, chunk record) waits for a checkpoint
-	ckptBusy   bool     // a checkpoint in flight carries such changes (it took ckptNeeded)
-	maxRuns    int
-	scratch    []pageRun
-	runPool    [][]sumRun
-	cleaned    int64 // sectors the cleaner moved
-	hostSecs   int64 // sectors written by callers
+	lmu         sync.Mutex
+	lcond       *sync.Cond // on lmu: a stripe was written, a checkpoint reserved slots
+	owners      map[uint64]*ownerMap
+	slots       []slotInfo // by slot
+	open        *logStripe
+	unwritten   map[uint64]*logStripe // sealed and being written, by seq
+	failed      map[uint64]*logStripe // sealed, the write failed, by seq
+	inflight    int
+	nextSeq     uint64   // seq of the newest stripe opened
+	sealed      uint64   // seq of the newest stripe sealed
+	resv        []uint64 // reserved slots, the next one first
+	resvSize    int      // how many a checkpoint reserves
+	resvHead    int      // how many of them the log may use while the next checkpoint is written
+	pops        uint64   // slots taken from the reservation since Open
+	resvLimit   uint64   // pops the last committed reservation covers
+	dirtySlots  map[uint64]struct{}
+	unsynced    []uint64 // slots written since the last fsync of every device
+	liveTotal   int64    // sectors the maps point at
+	dataSlots   int64    // slots holding a stripe (or the open one)
+	dataCap     int64    // sectors those stripes can hold (capOf; the open one counts full)
+	ckptNeeded  bool     // a change the roll-forward cannot redo (unmap, chunk record) waits for a checkpoint
+	ckptBusy    bool     // a checkpoint in flight carries such changes (it took ckptNeeded)
+	shortSealed int      // short stripes sealed since the last checkpoint's snapshot
+	maxRuns     int
+	scratch     []pageRun
+	runPool     [][]sumRun
+	cleaned     int64 // sectors the cleaner moved
+	hostSecs    int64 // sectors written by callers
 
 	// gate: device reads of mapped data and repairs hold it shared from
 	// before they leave lmu until they are done; freeing slots holds it
