@@ -169,7 +169,13 @@
 // flush, as on a plain file, not one per shard. Each device knows which
 // slots its file has blocks for (SEEK_DATA at Open, then every slot
 // written whole and synced); a write anywhere else has its own fdatasync,
-// which allocates.
+// which allocates. So that flushes' short stripes find blocks, a
+// checkpoint that follows short stripes writes zeros over up to 64 of
+// its new reserved slots that have none (prepareSlots: the log cannot use
+// them before the checkpoint completes, and they hold nothing), and
+// 32 short stripes kick a checkpoint. The log takes reserved slots in
+// order, so a FUA load shares flushes once it has used up the slots
+// reserved before it began.
 //
 // A flush does not touch the metadata: the roll-forward at Open finds
 // the stripes written since the last checkpoint (below). Unmaps, chunk
