@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +22,6 @@ import (
 	"github.com/capsule-storage/capsule/internal/admin"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/target"
-	"github.com/capsule-storage/capsule/rdma"
 )
 
 // Defaults of `target serve`, which plain `target` runs.
@@ -209,7 +207,7 @@ func (c *serveConfig) Validate() error {
 		return errors.New("no --listen address")
 	}
 	for _, u := range c.Listeners {
-		if err := checkListenURL(u); err != nil {
+		if err := admin.CheckListenURL(u); err != nil {
 			return fmt.Errorf("--listen %s: %w", u, err)
 		}
 	}
@@ -275,23 +273,6 @@ func (c *serveConfig) Validate() error {
 		c.AllowAnyHost = true
 	}
 	return nil
-}
-
-// checkListenURL checks a --listen URL: tcp://HOST:PORT (NVMe/TCP), or
-// an RDMA URL of package rdma.
-func checkListenURL(u string) error {
-	if rest, ok := strings.CutPrefix(u, "tcp://"); ok {
-		_, port, err := net.SplitHostPort(rest)
-		if err != nil {
-			return err
-		}
-		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			return fmt.Errorf("port %q is not a number from 0 to 65535", port)
-		}
-		return nil
-	}
-	_, _, err := rdma.ParseURL(u)
-	return err
 }
 
 // localListener reports whether only this machine can reach url: shm://,

@@ -612,7 +612,7 @@ func (c *listenerChange) check(m *model, _ *Service) error {
 	if err != nil {
 		return invalid("%v", err)
 	}
-	if err := sanityCheckURL(u); err != nil {
+	if err := CheckListenURL(u); err != nil {
 		return invalid("listen_address: %v", err)
 	}
 	if real, ok := m.Requested[u]; ok {

@@ -272,8 +272,9 @@ func contains(list []string, s string) bool {
 
 func baseName(s string) string { return filepath.Base(s) }
 
-// sanityCheckURL checks a listener URL's syntax, as Listen will read it.
-func sanityCheckURL(u string) error {
+// CheckListenURL checks a listener URL's syntax, as Listen will read it:
+// [fault+]tcp://HOST:PORT (NVMe/TCP), or an RDMA URL of package rdma.
+func CheckListenURL(u string) error {
 	if rest, ok := strings.CutPrefix(strings.TrimPrefix(u, "fault+"), "tcp://"); ok {
 		_, port, err := net.SplitHostPort(rest)
 		if err != nil {
