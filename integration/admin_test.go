@@ -34,20 +34,7 @@ type rpcResult struct {
 // targetRPC runs `bin/target rpc --socket SOCK METHOD [PARAMS]`.
 func targetRPC(t *testing.T, sock string, args ...string) rpcResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "target"), append([]string{"rpc", "--socket", sock}, args...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	res := rpcResult{stdout: out.String(), stderr: errb.String()}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		res.code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return res
+	return runTargetCode(t, append([]string{"rpc", "--socket", sock}, args...)...)
 }
 
 // mustRPC runs a call that must succeed and returns its result.
