@@ -454,14 +454,12 @@ func (s *Store) syncDevicesLocked() error {
 		}
 	}
 	syncFiles(tasks)
-	failed := map[*device]error{}
+	failed := make([]error, s.n)
 	for _, t := range tasks {
-		if t.err != nil {
-			failed[t.d] = t.err
-		}
+		failed[t.d.pos] = t.err
 	}
 	synced := s.forWritable(func(d *device, f *devFiles) error {
-		if err := failed[d]; err != nil {
+		if err := failed[d.pos]; err != nil {
 			return err
 		}
 		// A device whose directory is gone still syncs its open file.
