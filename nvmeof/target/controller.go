@@ -70,6 +70,7 @@ type controller struct {
 	admin         *queue
 	io            []*queue // by QID; io[0] unused
 	ioCount       int
+	adminEntries  int // SQSIZE+1 of the admin queue's Connect, once it is attached
 	queuesGranted int // I/O queues granted by Number of Queues
 	kato          time.Duration
 	kaTimer       *time.Timer
@@ -298,8 +299,11 @@ func (c *controller) keepAliveCheck() {
 		return
 	}
 	c.mu.Lock()
-	kato := c.kato
+	kato, dead := c.kato, c.dead
 	c.mu.Unlock()
+	if !dead {
+		c.sub.countKeepAliveExpiry(c.hostNQN)
+	}
 	c.destroy(fmt.Sprintf("keep-alive timeout: no command for %v", kato))
 }
 

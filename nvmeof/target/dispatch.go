@@ -24,6 +24,9 @@ type handler struct {
 	// longerSGL: SGL1 may describe more bytes than the command moves
 	// (Dataset Management), not just exactly as many.
 	longerSGL bool
+	// counted: the namespace counts the command under kind (stats.go).
+	counted bool
+	kind    IOKind
 }
 
 // Handler tables, indexed by opcode. They are filled in init (the handler
@@ -62,13 +65,18 @@ func init() {
 		tab[nvmeof.AdminAbort] = abort
 	}
 
-	ioHandlers[nvmeof.IORead] = &handler{name: "Read", prepare: prepareRead, execute: executeRead, ready: true, device: true}
-	ioHandlers[nvmeof.IOWrite] = &handler{name: "Write", prepare: prepareWrite, execute: executeWrite, ready: true, device: true}
-	ioHandlers[nvmeof.IOFlush] = &handler{name: "Flush", prepare: prepareFlush, execute: executeFlush, ready: true, device: true}
-	ioHandlers[nvmeof.IOWriteZeroes] = &handler{name: "Write Zeroes", prepare: prepareWriteZeroes, execute: executeWriteZeroes, ready: true, device: true}
+	ioHandlers[nvmeof.IORead] = &handler{name: "Read", prepare: prepareRead, execute: executeRead, ready: true, device: true,
+		counted: true, kind: IORead}
+	ioHandlers[nvmeof.IOWrite] = &handler{name: "Write", prepare: prepareWrite, execute: executeWrite, ready: true, device: true,
+		counted: true, kind: IOWrite}
+	ioHandlers[nvmeof.IOFlush] = &handler{name: "Flush", prepare: prepareFlush, execute: executeFlush, ready: true, device: true,
+		counted: true, kind: IOFlush}
+	ioHandlers[nvmeof.IOWriteZeroes] = &handler{name: "Write Zeroes", prepare: prepareWriteZeroes, execute: executeWriteZeroes, ready: true, device: true,
+		counted: true, kind: IOWriteZeroes}
 	ioHandlers[nvmeof.IODatasetManagement] = &handler{name: "Dataset Management", prepare: prepareDatasetManagement,
-		execute: executeDatasetManagement, ready: true, device: true, longerSGL: true}
-	vendor := &handler{name: "Vendor Specific", prepare: prepareVendor, execute: executeVendor, ready: true, device: true}
+		execute: executeDatasetManagement, ready: true, device: true, longerSGL: true, counted: true, kind: IODatasetMgmt}
+	vendor := &handler{name: "Vendor Specific", prepare: prepareVendor, execute: executeVendor, ready: true, device: true,
+		counted: true, kind: IOVendor}
 	for op := 0x80; op <= 0xff; op++ {
 		ioHandlers[op] = vendor
 	}

@@ -99,6 +99,9 @@ func executeConnect(r *request) nvmeof.Status {
 			return nvmeof.StatusConnectControllerBusy
 		}
 		q.attach(ctrl, entries, x.CATTR)
+		ctrl.mu.Lock()
+		ctrl.adminEntries = entries
+		ctrl.mu.Unlock()
 		ctrl.log.Info("controller created", "kato", ctrl.kato, "queue_entries", entries)
 	} else {
 		ctrl := sub.findController(d.CNTLID)

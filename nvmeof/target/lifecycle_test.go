@@ -29,6 +29,7 @@ func TestKeepAliveExpiry(t *testing.T) {
 		admin = adminQueue(t, tt.url, testSubNQN, 0)
 		ioQueue(t, tt.url, admin, 1, 16)
 		assert.Equal(t, 1, tt.Controllers())
+		assert.Equal(t, []HostStats{{HostNQN: testHostNQN, Connects: 2, KeepAliveExpiries: 1}}, tt.sub.HostStats())
 	})
 }
 

@@ -59,6 +59,8 @@ type Namespace struct {
 	writeCommands atomic.Uint64
 	bytesRead     atomic.Uint64
 	bytesWritten  atomic.Uint64
+	// Counters by kind of command, for metrics (stats.go).
+	io [NumIOKinds]ioCounters
 }
 
 func newNamespace(sub *Subsystem, cfg NamespaceConfig) (*Namespace, error) {

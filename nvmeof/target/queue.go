@@ -2,6 +2,7 @@ package target
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/capsule-storage/capsule/nvmeof"
 )
@@ -160,6 +161,9 @@ func (q *queue) dispatch(r *request) nvmeof.Status {
 		return r.fail(nvmeof.StatusInvalidOpcode.WithDNR(), off)
 	}
 	r.h = h
+	if h.counted {
+		r.start = time.Now()
+	}
 	if h.ready && !ctrl.ready.Load() {
 		return r.fail(nvmeof.StatusCommandSequenceError.WithDNR(), nvmeof.CommandOffsetOpcode)
 	}
@@ -209,6 +213,7 @@ func (q *queue) finish(r *request) {
 		cid := r.cmd.CID
 		q.cids[cid>>6].And(^(uint64(1) << (cid & 63)))
 	}
+	r.countIO()
 	q.outstanding.Add(-1)
 	if !r.rsp.Status.Success() && q.ctrl != nil {
 		q.ctrl.logError(q, r)

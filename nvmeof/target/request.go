@@ -1,6 +1,8 @@
 package target
 
 import (
+	"time"
+
 	"github.com/capsule-storage/capsule/nvmeof"
 )
 
@@ -50,6 +52,10 @@ type request struct {
 	cidHeld bool
 	// closeQueue: end the queue once the response is delivered (Disconnect).
 	closeQueue bool
+
+	// start is when an I/O command a namespace counts (handler.counted)
+	// was dispatched; zero for other commands.
+	start time.Time
 
 	// index is the binding's slot number.
 	index int

@@ -64,7 +64,8 @@ type Subsystem struct {
 	nextCNTLID  uint16
 	removed     bool // RemoveSubsystem ran: no new controllers
 	ownListen   bool
-	listeners   map[string]struct{} // with ownListen: the listener URLs that serve it
+	listeners   map[string]struct{}      // with ownListen: the listener URLs that serve it
+	hostStats   map[string]*hostCounters // by host NQN, at most maxTrackedHosts (stats.go)
 }
 
 func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) (*Subsystem, error) {
@@ -92,6 +93,7 @@ func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) (*Subsystem, e
 		nextCNTLID:  1,
 		ownListen:   cfg.OwnListeners && !discovery,
 		listeners:   make(map[string]struct{}),
+		hostStats:   make(map[string]*hostCounters),
 	}
 	for _, u := range cfg.Listeners {
 		s.listeners[u] = struct{}{}
@@ -328,6 +330,8 @@ type ControllerInfo struct {
 	HostID    [16]byte
 	IOQueues  int           // I/O queues connected now
 	KeepAlive time.Duration // KATO; 0 for none
+	// Queues are the connected queues, the admin queue (QID 0) first.
+	Queues []QueueInfo
 }
 
 // ControllerInfos returns the live controllers, by CNTLID.
@@ -338,7 +342,17 @@ func (s *Subsystem) ControllerInfos() []ControllerInfo {
 	out := make([]ControllerInfo, 0, len(ctrls))
 	for _, c := range ctrls {
 		c.mu.Lock()
-		out = append(out, ControllerInfo{CNTLID: c.cntlid, HostNQN: c.hostNQN, HostID: c.hostID, IOQueues: c.ioCount, KeepAlive: c.kato})
+		ci := ControllerInfo{CNTLID: c.cntlid, HostNQN: c.hostNQN, HostID: c.hostID, IOQueues: c.ioCount, KeepAlive: c.kato,
+			Queues: make([]QueueInfo, 0, 1+c.ioCount)}
+		if c.adminEntries > 0 {
+			ci.Queues = append(ci.Queues, QueueInfo{QID: 0, Entries: c.adminEntries, Outstanding: int(c.admin.outstanding.Load())})
+		}
+		for qid, q := range c.io {
+			if q != nil {
+				ci.Queues = append(ci.Queues, QueueInfo{QID: uint16(qid), Entries: q.entries, Outstanding: int(q.outstanding.Load())})
+			}
+		}
+		out = append(out, ci)
 		c.mu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CNTLID < out[j].CNTLID })
@@ -377,6 +391,7 @@ func (s *Subsystem) allocCNTLID(c *controller) bool {
 		if _, used := s.controllers[id]; !used {
 			c.cntlid = id
 			s.controllers[id] = c
+			s.hostLocked(c.hostNQN).connects.Add(1)
 			return true
 		}
 	}
