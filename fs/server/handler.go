@@ -127,6 +127,14 @@ func (s *Server) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
 		}
 	}
 	n, err := s.execute(c)
+	moved := n
+	if c.Cmd.Opcode == proto.OpWrite {
+		moved = len(c.Payload) // a write's reply is empty: count the data it took
+		if c.Cmd.Opcode.Direction() == nvmeof.HostToController {
+			moved = len(c.Data)
+		}
+	}
+	s.countOp(c.Cmd.Opcode, moved, err)
 	c.DW0 = uint32(errnoOf(err))
 	if err != nil {
 		if c.DW0 == uint32(syscall.EIO) {

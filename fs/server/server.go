@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +16,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/fs/internal/proto"
+	"github.com/capsule-storage/capsule/nvmeof"
 )
 
 // Defaults of Options.
@@ -85,6 +88,7 @@ type Server struct {
 	used   atomic.Int64 // bytes of file data allocated: chunks × BlockSize + inline bytes
 	inodes atomic.Int64
 	closed atomic.Bool
+	ops    [0x80]opCounters // by opcode - 80h (OpStats)
 
 	// commits feeds the committer (commit.go). commitMu: update holds it
 	// shared while it sends, Close exclusively while it closes commits.
@@ -406,6 +410,50 @@ func (s *Server) Stats() Stats {
 	h := len(s.handles)
 	s.hmu.Unlock()
 	return Stats{Inodes: s.inodes.Load(), UsedBytes: s.used.Load(), Handles: h}
+}
+
+// opCounters count one file operation.
+type opCounters struct {
+	ops, errors, bytes atomic.Uint64
+}
+
+// OpStats are the counters of one file operation since the server was
+// opened.
+type OpStats struct {
+	Op     string // the operation's name in lower case: lookup, create, read, write, ...
+	Ops    uint64 // operations run (a request sent again and answered from the reply cache is not)
+	Errors uint64 // of them, those answered with an errno
+	Bytes  uint64 // file data moved by reads and writes that succeeded
+}
+
+// OpStats returns the counters of every operation of the protocol, in
+// opcode order.
+func (s *Server) OpStats() []OpStats {
+	var out []OpStats
+	for i := range s.ops {
+		name := proto.OpName(nvmeof.Opcode(0x80 + i))
+		if name == "" {
+			continue
+		}
+		c := &s.ops[i]
+		out = append(out, OpStats{Op: strings.ToLower(name), Ops: c.ops.Load(), Errors: c.errors.Load(), Bytes: c.bytes.Load()})
+	}
+	return out
+}
+
+// countOp records one operation that ran.
+func (s *Server) countOp(op nvmeof.Opcode, n int, err error) {
+	if op < 0x80 {
+		return
+	}
+	c := &s.ops[op-0x80]
+	c.ops.Add(1)
+	switch {
+	case err != nil:
+		c.errors.Add(1)
+	case op == proto.OpRead || op == proto.OpWrite:
+		c.bytes.Add(uint64(n))
+	}
 }
 
 // errnoOf maps a Go error from the layers below to an errno.

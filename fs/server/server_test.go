@@ -355,6 +355,14 @@ func TestRequestIDs(t *testing.T) {
 	require.Zero(t, errno, "a removal sent again succeeds as the first did")
 	errno, _ = run(proto.OpRmdir, 7<<32|4, "d")
 	require.Equal(t, uint32(syscall.ENOENT), errno)
+	// Each operation that ran is counted once, a reply sent again not.
+	ops := map[string]OpStats{}
+	for _, o := range s.OpStats() {
+		ops[o.Op] = o
+	}
+	require.Equal(t, OpStats{Op: "mkdir", Ops: 2, Errors: 1}, ops["mkdir"])
+	require.Equal(t, OpStats{Op: "rmdir", Ops: 2, Errors: 1}, ops["rmdir"])
+	require.Equal(t, OpStats{Op: "write"}, ops["write"])
 	// Reserved for idempotent operations.
 	cmd := nvmeof.Command{Opcode: proto.OpGetAttr, NSID: 1, CDW10: 1, CDW2: 5}
 	require.Equal(t, nvmeof.StatusInvalidField, s.PrepareVendor(&cmd, proto.AttrSize, 0))
