@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -221,6 +222,20 @@ func (sv *Service) Close() error {
 	}
 	sv.devs, sv.fss = map[string]blockdev.Device{}, map[string]*server.Server{}
 	return errors.Join(errs...)
+}
+
+// Store returns the erasure-coded store once it is open, or nil.
+func (sv *Service) Store() *chunkstore.Store {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return sv.store
+}
+
+// FileSystems returns the open file namespaces by name (a copy).
+func (sv *Service) FileSystems() map[string]*server.Server {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	return maps.Clone(sv.fss)
 }
 
 // Register adds every method to srv.
@@ -725,7 +740,7 @@ func (sv *Service) storeStatus(context.Context, json.RawMessage) (any, error) {
 		if d.Err != nil {
 			x.Error = d.Err.Error()
 		}
-		x.TotalBytes, x.FreeBytes = diskSpace(d.Name)
+		x.TotalBytes, x.FreeBytes = DiskSpace(d.Name)
 		if x.TotalBytes > 0 && (smallest == 0 || x.TotalBytes < smallest) {
 			smallest = x.TotalBytes
 		}

@@ -2,9 +2,9 @@ package admin
 
 import "golang.org/x/sys/unix"
 
-// diskSpace returns the size and the free bytes of the file system that
+// DiskSpace returns the size and the free bytes of the file system that
 // holds dir, or zeros.
-func diskSpace(dir string) (total, free uint64) {
+func DiskSpace(dir string) (total, free uint64) {
 	var st unix.Statfs_t
 	if unix.Statfs(dir, &st) != nil {
 		return 0, 0

@@ -2,5 +2,5 @@
 
 package admin
 
-// diskSpace is not measured here.
-func diskSpace(string) (total, free uint64) { return 0, 0 }
+// DiskSpace is not measured here.
+func DiskSpace(string) (total, free uint64) { return 0, 0 }
