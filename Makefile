@@ -11,7 +11,12 @@ GOFILES  = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*
 # (make wirecheck).
 TEST_DEBS := libibverbs-dev librdmacm-dev pkg-config fuse3 fio nbdkit libnbd-bin python3-libnbd qemu-utils rsync
 
-.PHONY: all build run test deps vet fmtcheck unit allocs bench wirecheck clean
+# fio's headers for the capsule ioengine: the source package of the fio
+# Debian installed, configured (scripts/fio-src.sh).
+FIO_SRC := $(BIN)/fio-src
+FIO_CGO_CFLAGS = -O2 -g -D_GNU_SOURCE -I$(abspath $(FIO_SRC)) -include $(abspath $(FIO_SRC))/config-host.h
+
+.PHONY: all build run test deps vet fmtcheck unit allocs bench wirecheck clean fio-engine
 
 all: build
 
@@ -21,6 +26,14 @@ build:
 
 run: build
 	./$(BIN)/target
+
+# bin/fio-capsule.so: fio's external ioengine over the Go host library
+# (cmd/fio-capsule), built against the installed fio's own headers.
+fio-engine:
+	./scripts/fio-src.sh $(FIO_SRC)
+	CGO_CFLAGS="$(FIO_CGO_CFLAGS)" $(GO) vet -tags fioengine ./cmd/fio-capsule
+	CGO_CFLAGS="$(FIO_CGO_CFLAGS)" $(GO) build -tags fioengine -buildmode=c-shared -o $(BIN)/fio-capsule.so ./cmd/fio-capsule
+	rm -f $(BIN)/fio-capsule.h
 
 deps:
 	./scripts/deps.sh $(TEST_DEBS)
@@ -42,10 +55,11 @@ unit:
 allocs:
 	$(GO) test -count=1 -run 'Alloc' ./rdma/... ./nvmeof/... ./internal/nbd/...
 
-test: deps vet fmtcheck unit allocs build
+test: deps vet fmtcheck fio-engine unit allocs build
 
-# The block cases need fio and nbdkit (TEST_DEBS); see scripts/bench.sh.
-bench: deps build
+# The block cases need fio and nbdkit (TEST_DEBS) and the fio engine; see
+# scripts/bench.sh.
+bench: deps build fio-engine
 	./scripts/bench.sh
 
 wirecheck:

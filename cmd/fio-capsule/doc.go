@@ -1,0 +1,86 @@
+// Command fio-capsule is capsule's ioengine for fio, built as a shared
+// library (bin/fio-capsule.so, `make fio-engine`) that fio loads into its
+// own process, as SPDK's fio plugin is loaded: fio then drives a capsule
+// target in one hop, through the Go host library (nvmeof/host), over any
+// transport it speaks.
+//
+//	fio --name=job --ioengine=external:bin/fio-capsule.so --thread=1 \
+//	    --uri=shm://capsule [--nsid=1] [--hostnqn=NQN] [--fua=1] \
+//	    [--reconnect_timeout=30] --rw=randread --bs=4k --iodepth=32
+//
+// # Layers
+//
+// engine.c is the C shim fio sees: the ioengine_ops table and the option
+// table, and callbacks (setup/init, queue, commit, getevents, event,
+// cleanup, open_file/close_file) that hand each io_u to the Go side
+// through the plain-C interface of capsule_fio.h. exports.go is that Go
+// side's entry points (cgo exports); job.go the logic, free of cgo, which
+// the package's tests drive directly.
+//
+// engine.c carries the build tag fioengine and needs fio's headers:
+// `make fio-engine` fetches the source package of the fio Debian
+// installed (scripts/fio-src.sh), configures it for config-host.h, and
+// builds this package with -buildmode=c-shared and that tag. Without the
+// tag the package builds as an ordinary command that does nothing, so
+// that go build, vet and test ./... need no fio headers.
+//
+// # Pinned to one fio
+//
+// The headers give struct thread_data, struct io_u and struct fio_option
+// their layout; another fio may lay them out differently even with the
+// same engine ABI version (FIO_IOOPS_VERSION). The engine is written for
+// fio 3.33 (ABI 31): engine.c fails to compile against headers of another
+// ABI, and at load get_ioengine (the only symbol fio finds, since the
+// engine exports no "ioengine") compares the running fio's
+// fio_version_string with the one built against. A different fio gets no
+// engine and a message saying to rebuild, never a crash.
+//
+// # One job, one controller
+//
+// Each fio job connects its own Controller (host.Dial) with one I/O queue
+// of the job's iodepth (WithQueues(1), WithQueueDepth(iodepth)), large
+// buffers for the job's largest block (WithMaxTransfer, WithBuffers), at
+// setup (or at init with create_serialize=0), and closes it at cleanup.
+// The namespace (--nsid, default 1) is the job's one file: no --filename,
+// its size is the namespace's.
+//
+// thread=1 is required, as for SPDK's plugin: the Go runtime started when
+// fio loaded the engine does not survive fork, so the engine refuses
+// process jobs with a message, before it calls into Go.
+//
+// # The I/O path
+//
+//   - queue takes an io_u: a Request from the job's pool (iodepth of
+//     them, made once) with the io_u's pointer as its Tag, kept until
+//     commit. Reads and writes use fio's buffer (io_u->xfer_buf) as the
+//     Request's Buf; trims are Dataset Management deallocations; sync,
+//     datasync and sync_file_range are NVM Flush; --fua=1 sets Force Unit
+//     Access on writes.
+//   - commit submits the requests fio queued since the last commit, in
+//     order, on the job's queue (Namespace.Submit, which does not block).
+//   - Completions are reaped by the host's queue goroutine; each Request's
+//     Done records (tag, errno, residual) in the job's finished list and
+//     wakes the fio thread only when as many are finished as getevents
+//     waits for. getevents hands them to the shim's event array; event
+//     sets io_u->error and resid from it. Nothing is allocated per I/O on
+//     the Go side.
+//   - Errors: EINVAL for a request the namespace refuses (unaligned, out of
+//     range), EOPNOTSUPP for a command the controller lacks, EIO for NVMe
+//     errors and for a target that stayed away longer than
+//     --reconnect_timeout (default 30 s, as bin/mount's): while it is away
+//     the host reconnects and the I/Os wait, then are sent again.
+//
+// # Sharp edges
+//
+//   - Data is copied once on the host side: the host library copies a
+//     write's bytes from fio's buffer into its registered buffers, and a
+//     read's out of them (nvmeof/host never registers the caller's
+//     memory). fio's buffers are not the host's registered ones, since
+//     the host API has no way to hand its registered buffers out.
+//   - Each Request is submitted alone: the host posts each command's
+//     capsule when it is submitted (and in one post for the commands its
+//     queue goroutine issues from completions), not once per commit.
+//   - fio's verify, trims and syncs go through the same queue as reads and
+//     writes; a sync waits for nothing that is still in flight, as NVM
+//     Flush does not.
+package main

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/capsule-storage/capsule/nvmeof/host"
+)
+
+// jobConfig is what one fio job asks of its connection: the engine's
+// options and the job's own I/O shape.
+type jobConfig struct {
+	// URI is the capsule URL (shm://, iwarp://, tcp://, rdma://).
+	URI string
+	// NSID is the namespace (default 1).
+	NSID uint32
+	// HostNQN, when set, is presented instead of the machine's.
+	HostNQN string
+	// Depth is the job's iodepth: the requests in flight at most.
+	Depth int
+	// MaxBlock is the job's largest block size in bytes.
+	MaxBlock int
+	// ReconnectTimeout is how long I/Os wait for a lost target before
+	// they fail with EIO (0: the host's default).
+	ReconnectTimeout time.Duration
+	// Logger receives the host library's notes (connection losses).
+	Logger *slog.Logger
+}
+
+// completion is one finished io_u: fio's pointer to it, the errno it
+// failed with (0 on success) and the bytes not transferred.
+type completion struct {
+	tag   uint64
+	errno int32
+	resid int64
+}
+
+// job is one fio job's connection: its own Controller with one I/O queue
+// of the job's depth, a pool of Requests, the requests fio queued and has
+// not committed yet, and the completions not yet reaped by getevents.
+//
+// queue, commit, getevents and close run on the fio job's thread, one at
+// a time; onDone runs on the host's queue goroutine.
+type job struct {
+	ctrl *host.Controller
+	ns   *host.Namespace
+	done func(*host.Request) // j.onDone, made once
+
+	// Touched only by the fio thread.
+	free    []*host.Request // Requests not in flight
+	pending []*host.Request // queued by fio, not yet committed
+
+	mu sync.Mutex // guards finished, back and want
+	// finished are completions not yet handed to fio; back the Requests
+	// that completed, to return to free on the fio thread.
+	finished []completion
+	back     []*host.Request
+	// want is how many finished completions the fio thread waits for
+	// (0: it is not waiting); the Done that reaches it rings wake.
+	want int
+	wake chan struct{}
+}
+
+// errBusy: queue was called with every Request in flight (fio keeps at
+// most iodepth in flight, so it does not happen).
+var errBusy = errors.New("fio-capsule: every request is in flight")
+
+// openJob connects to cfg.URI and opens the namespace.
+func openJob(ctx context.Context, cfg jobConfig) (*job, error) {
+	if cfg.URI == "" {
+		return nil, errors.New("--uri is required (shm://NAME, iwarp://HOST:PORT, tcp://HOST:PORT)")
+	}
+	if cfg.Depth < 1 {
+		cfg.Depth = 1
+	}
+	if cfg.NSID == 0 {
+		cfg.NSID = 1
+	}
+	maxTransfer := max(cfg.MaxBlock, 4096)
+	opts := []host.Option{
+		host.WithQueues(1),
+		host.WithQueueDepth(min(cfg.Depth, 4095)),
+		host.WithMaxTransfer(maxTransfer),
+		host.WithBuffers(cfg.Depth),
+	}
+	if cfg.HostNQN != "" {
+		opts = append(opts, host.WithHostNQN(cfg.HostNQN))
+	}
+	if cfg.ReconnectTimeout > 0 {
+		opts = append(opts, host.WithCtrlLossTimeout(cfg.ReconnectTimeout))
+	}
+	if cfg.Logger != nil {
+		opts = append(opts, host.WithLogger(cfg.Logger))
+	}
+	c, err := host.Dial(ctx, cfg.URI, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", cfg.URI, err)
+	}
+	ns, err := c.Namespace(cfg.NSID)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("namespace %d of %s: %w", cfg.NSID, cfg.URI, err)
+	}
+	j := &job{
+		ctrl:     c,
+		ns:       ns,
+		free:     make([]*host.Request, 0, cfg.Depth),
+		pending:  make([]*host.Request, 0, cfg.Depth),
+		finished: make([]completion, 0, cfg.Depth),
+		back:     make([]*host.Request, 0, cfg.Depth),
+		wake:     make(chan struct{}, 1),
+	}
+	j.done = j.onDone
+	for range cfg.Depth {
+		j.free = append(j.free, &host.Request{Done: j.done})
+	}
+	return j, nil
+}
+
+// size is the namespace's size in bytes; blockSize its block size.
+func (j *job) size() int64     { return j.ns.Size() }
+func (j *job) blockSize() int  { return j.ns.BlockSize() }
+func (j *job) close() error    { return j.ctrl.Close() }
+func (j *job) info() host.Info { i, _ := j.ctrl.Info(); return i }
+
+// queue takes one io_u (tag): op at off, with buf (reads and writes) or
+// length bytes (trims). It is sent at the next commit. The only error is
+// errBusy: the io_u was not taken.
+func (j *job) queue(tag uint64, op host.Op, off int64, buf []byte, length int64, fua bool) error {
+	if len(j.free) == 0 {
+		j.reclaim()
+		if len(j.free) == 0 {
+			return errBusy
+		}
+	}
+	r := j.free[len(j.free)-1]
+	j.free = j.free[:len(j.free)-1]
+	r.Op, r.Offset, r.FUA, r.Tag = op, off, fua, tag
+	r.Buf, r.Length = nil, 0
+	switch op {
+	case host.OpRead, host.OpWrite:
+		r.Buf = buf
+	case host.OpDiscard, host.OpWriteZeroes:
+		r.Length = length
+	}
+	j.pending = append(j.pending, r)
+	return nil
+}
+
+// commit submits what queue took since the last commit. A request the
+// host refuses at once completes with its errno.
+func (j *job) commit() {
+	for i, r := range j.pending {
+		if err := j.ns.Submit(r); err != nil {
+			r.Err, r.N = err, 0
+			j.finish(r)
+		}
+		j.pending[i] = nil
+	}
+	j.pending = j.pending[:0]
+}
+
+// onDone is every Request's Done, on the host's queue goroutine.
+func (j *job) onDone(r *host.Request) { j.finish(r) }
+
+// finish records r's outcome and wakes the fio thread when it waits for
+// no more than are now finished.
+func (j *job) finish(r *host.Request) {
+	c := completion{tag: r.Tag}
+	if r.Err != nil {
+		c.errno = int32(errnoOf(r.Err))
+		c.resid = int64(max(len(r.Buf)-r.N, 0))
+		if r.Buf == nil {
+			c.resid = r.Length
+		}
+	}
+	j.mu.Lock()
+	j.finished = append(j.finished, c)
+	j.back = append(j.back, r)
+	ring := j.want > 0 && len(j.finished) >= j.want
+	if ring {
+		j.want = 0
+	}
+	j.mu.Unlock()
+	if ring {
+		select {
+		case j.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reclaim moves completed Requests back to the free list. On the fio
+// thread, with j.mu not held.
+func (j *job) reclaim() {
+	j.mu.Lock()
+	j.free = append(j.free, j.back...)
+	clear(j.back)
+	j.back = j.back[:0]
+	j.mu.Unlock()
+}
+
+// getevents waits until at least minEvents completions are finished (for
+// at most timeout when timeout >= 0; forever when it is negative), then
+// hands up to maxEvents of them to out, oldest first, and returns how
+// many it handed.
+func (j *job) getevents(minEvents, maxEvents int, timeout time.Duration, out func(i int, c completion)) int {
+	var timer *time.Timer
+	for {
+		j.mu.Lock()
+		if len(j.finished) >= minEvents || timeout == 0 {
+			break
+		}
+		j.want = minEvents
+		j.mu.Unlock()
+		if timeout < 0 {
+			<-j.wake
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(timeout)
+			defer timer.Stop()
+		}
+		select {
+		case <-j.wake:
+		case <-timer.C:
+			timeout = 0
+		}
+	}
+	// j.mu is held.
+	n := min(len(j.finished), maxEvents)
+	for i := range n {
+		out(i, j.finished[i])
+	}
+	rest := copy(j.finished, j.finished[n:])
+	j.finished = j.finished[:rest]
+	j.want = 0
+	j.free = append(j.free, j.back...)
+	clear(j.back)
+	j.back = j.back[:0]
+	j.mu.Unlock()
+	// A wake rung for an earlier wait that was satisfied without it.
+	select {
+	case <-j.wake:
+	default:
+	}
+	return n
+}
+
+// errnoOf maps a request's error to the errno fio reports: EINVAL for a
+// request the namespace refuses (unaligned, out of range), EOPNOTSUPP
+// for a command the controller lacks, EIO for everything else: NVMe
+// errors and a controller lost past the reconnect timeout.
+func errnoOf(err error) syscall.Errno {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, host.ErrUnaligned), errors.Is(err, host.ErrOutOfRange), errors.Is(err, host.ErrInvalidRequest):
+		return syscall.EINVAL
+	case errors.Is(err, host.ErrNotSupported):
+		return syscall.EOPNOTSUPP
+	default:
+		return syscall.EIO
+	}
+}
