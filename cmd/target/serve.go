@@ -20,6 +20,7 @@ import (
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/fs/server"
 	"github.com/capsule-storage/capsule/internal/admin"
+	"github.com/capsule-storage/capsule/internal/metrics"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/target"
 )
@@ -95,6 +96,10 @@ type serveConfig struct {
 	// SubsystemFlags names the flags given that describe the target
 	// (subsystemFlags): they conflict with ConfigFile and a state file.
 	SubsystemFlags []string
+
+	// Metrics is the HOST:PORT /metrics is served on over HTTP, for
+	// Prometheus (metrics.go); "" for none.
+	Metrics string
 }
 
 // namespaceSpec is one --namespace: mem:SIZE, file:PATH[:SIZE] or
@@ -257,6 +262,9 @@ func (c *serveConfig) Validate() error {
 			return fmt.Errorf("--scrub-interval %s: want a positive duration, such as 24h", c.ScrubInterval)
 		}
 	}
+	if err := checkMetricsAddr(c.Metrics); err != nil {
+		return err
+	}
 	if c.ConfigFile != "" && len(c.SubsystemFlags) > 0 {
 		return fmt.Errorf("--config %s describes the target: leave out --%s", c.ConfigFile, strings.Join(c.SubsystemFlags, ", --"))
 	}
@@ -335,7 +343,11 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			"comes back to that state. --config FILE starts from a file of that shape instead of those flags;\n" +
 			"a bad one fails, naming the entry at fault, before anything is created.\n" +
 			"\n" +
-			"Once every listener is up it prints one line, `capsule target ready listeners=... nqn=... rpc=...`.\n" +
+			"--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (every name begins capsule_:\n" +
+			"I/O per namespace, queues, controllers, devices, the store, the scrubber, the file service).\n" +
+			"\n" +
+			"Once every listener is up it prints one line, `capsule target ready listeners=... nqn=... rpc=...`\n" +
+			"(and metrics=HOST:PORT with --metrics).\n" +
 			"SIGINT or SIGTERM: finish the commands in flight, flush the namespaces, close the store,\n" +
 			"exit 0.\n\n" +
 			"Example: target serve --listen iwarp://0.0.0.0:4420 --namespace ec:vol0:100GiB \\\n" +
@@ -361,6 +373,7 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			&cli.BoolFlag{Name: "allow-any-host", Usage: "let every host connect, on any listener"},
 			&cli.IntFlag{Name: "block-size", Value: d.BlockSize, Usage: "logical block size of the namespaces: 512 or 4096"},
 			&cli.StringFlag{Name: "rpc-socket", Usage: "serve JSON-RPC 2.0 (SPDK's rpc.py works) on the Unix socket `PATH`, mode 0600 (default: DATA/" + socketFileName + ")"},
+			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics (capsule_*) at http://`HOST:PORT`/metrics, e.g. 127.0.0.1:9464 (:0 picks a port)"},
 			&cli.StringFlag{Name: "config", Usage: "start from the JSON config `FILE` (save_config's shape) in place of --listen, --namespace, --nqn and the host flags"},
 		},
 		Action: func(c *cli.Context) error {
@@ -398,6 +411,7 @@ func serveConfigFromFlags(c *cli.Context) (serveConfig, error) {
 		FS:            c.String("fs"),
 		RPCSocket:     c.String("rpc-socket"),
 		ConfigFile:    c.String("config"),
+		Metrics:       c.String("metrics"),
 	}
 	for _, f := range subsystemFlags {
 		if c.IsSet(f) {
@@ -547,12 +561,21 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 		defer sc.start(ctx)() // stops before the target closes
 		scrubber.Store(sc)
 	}
+	metricsAddr := ""
+	if cfg.Metrics != "" {
+		addr, stop, err := serveMetrics(cfg.Metrics, t, svc, &scrubber, log.With("component", "metrics"))
+		if err != nil {
+			return err
+		}
+		defer stop() // before the scrubber, the target and the store close
+		metricsAddr = " metrics=" + addr
+	}
 	nqn := ""
 	if subs := t.Subsystems(); len(subs) > 0 {
 		nqn = subs[0].NQN()
 	}
-	fmt.Fprintf(out, "capsule target ready listeners=%s nqn=%s discovery=%s rpc=%s\n",
-		strings.Join(t.Listeners(), ","), nqn, nvmeof.DiscoveryNQN, sock)
+	fmt.Fprintf(out, "capsule target ready listeners=%s nqn=%s discovery=%s rpc=%s%s\n",
+		strings.Join(t.Listeners(), ","), nqn, nvmeof.DiscoveryNQN, sock, metricsAddr)
 	<-ctx.Done()
 	log.Info("signal received: draining")
 	return nil
@@ -626,8 +649,9 @@ type backgroundScrub struct {
 	trigger         <-chan os.Signal // a full pass now; nil: never
 	log             *slog.Logger
 
-	mu     sync.Mutex // guards status
+	mu     sync.Mutex // guards status and totals
 	status scrubStatus
+	totals chunkstore.ScrubReport // of every pass and repair-queue run, without Problems
 }
 
 // scrubStatus is what store_get_status reports as "scrub".
@@ -718,6 +742,7 @@ func (b *backgroundScrub) passes(ctx context.Context) {
 			b.mu.Unlock()
 		}})
 		took := time.Since(start)
+		b.add(rep)
 		b.report(ctx, "scrub pass", rep, err, took)
 		pass := &scrubPass{Finished: time.Now().UTC(), Seconds: took.Seconds(), Checked: rep.Checked, Damaged: rep.Damaged,
 			Repaired: rep.Repaired, Unrecoverable: rep.Unrecoverable, Degraded: rep.Degraded}
@@ -745,8 +770,39 @@ func (b *backgroundScrub) repairs(ctx context.Context) {
 		}
 		start := time.Now()
 		rep, err := b.store.RepairQueued(ctx, chunkstore.ScrubOptions{BytesPerSecond: b.rate})
+		b.add(rep)
 		b.report(ctx, "repair of stripes reads found damaged", rep, err, time.Since(start))
 	}
+}
+
+// add counts a pass or repair-queue run in the totals.
+func (b *backgroundScrub) add(rep chunkstore.ScrubReport) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := &b.totals
+	t.Checked += rep.Checked
+	t.Damaged += rep.Damaged
+	t.Repaired += rep.Repaired
+	t.ShardsRepaired += rep.ShardsRepaired
+	t.Unrecoverable += rep.Unrecoverable
+	t.Degraded += rep.Degraded
+	t.Bytes += rep.Bytes
+}
+
+// Metrics is the scrubber's state and totals for metrics.
+func (b *backgroundScrub) Metrics() *metrics.ScrubStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := &metrics.ScrubStats{
+		Running: b.status.State == "running", Passes: int64(b.status.Passes),
+		PassStripes: b.status.Stripes, PassDone: b.status.Done,
+		Checked: b.totals.Checked, Damaged: b.totals.Damaged, Repaired: b.totals.Repaired,
+		Unrecoverable: b.totals.Unrecoverable, ShardsRepaired: b.totals.ShardsRepaired, BytesRead: b.totals.Bytes,
+	}
+	if lp := b.status.LastPass; lp != nil {
+		st.LastPassEnd = lp.Finished
+	}
+	return st
 }
 
 // report logs one scrub or repair-queue run.

@@ -158,6 +158,8 @@ func TestServeFlagValidation(t *testing.T) {
 		{[]string{"--namespace", "mem:1MiB", "--device", "/a"}, "no --namespace is ec:NAME:SIZE"},
 		{[]string{"--scrub-rate", "fast"}, "--scrub-rate"},
 		{[]string{"--scrub-interval", "0s"}, "--scrub-interval"},
+		{[]string{"--metrics", "9464"}, "--metrics 9464: want HOST:PORT"},
+		{[]string{"--metrics", "127.0.0.1:http"}, "the port must be a number"},
 	} {
 		_, err := parseServe(t, tc.args...)
 		require.Error(t, err, "%v", tc.args)

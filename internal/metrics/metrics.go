@@ -88,15 +88,15 @@ type collector struct {
 	devState, devCapacity, devFree desc
 
 	storeDegraded, storeStripesWritten, storeStripesRead, storeDegradedWrites desc
-	storeReconstructions, storeReadFailures, storeShardFaults           desc
-	storeCorruptShards, storeShardsRepaired, storeRepairQueue           desc
-	storeAutoCommits, storeLive, storeDead, storeSlotsUsed              desc
-	storeSlotsFree, storeStripesOpen, storeCleanerBytes, storeHostBytes desc
-	storeDeviceBytes, storeWriteAmp                                     desc
+	storeReconstructions, storeReadFailures, storeShardFaults                 desc
+	storeCorruptShards, storeShardsRepaired, storeRepairQueue                 desc
+	storeAutoCommits, storeLive, storeDead, storeSlotsUsed                    desc
+	storeSlotsFree, storeStripesOpen, storeCleanerBytes, storeHostBytes       desc
+	storeDeviceBytes, storeWriteAmp                                           desc
 
 	scrubRunning, scrubPasses, scrubPassStripes, scrubPassDone, scrubLastPass desc
-	scrubChecked, scrubDamaged, scrubRepaired, scrubUnrecoverable           desc
-	scrubShardsRepaired, scrubBytes                                         desc
+	scrubChecked, scrubDamaged, scrubRepaired, scrubUnrecoverable             desc
+	scrubShardsRepaired, scrubBytes                                           desc
 
 	fsOps, fsErrors, fsBytes, fsInodes, fsUsed, fsHandles desc
 }
