@@ -7,9 +7,10 @@ GOFILES  = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*
 # with its C libraries; fuse3 gives fusermount3 for the FUSE mount; fio,
 # nbdkit, libnbd-bin (nbdinfo, nbdcopy), python3-libnbd (nbdsh) and qemu-utils are the
 # NBD clients and peers no one here wrote; rsync drives the FUSE mount
-# tests; tshark checks the wire
-# (make wirecheck).
-TEST_DEBS := libibverbs-dev librdmacm-dev pkg-config fuse3 fio nbdkit libnbd-bin python3-libnbd qemu-utils rsync
+# tests; prometheus gives promtool, which checks the /metrics output, and
+# the server that scrapes it in integration/metrics_test.go; tshark checks
+# the wire (make wirecheck).
+TEST_DEBS := libibverbs-dev librdmacm-dev pkg-config fuse3 fio nbdkit libnbd-bin python3-libnbd qemu-utils rsync prometheus
 
 # fio's headers for the capsule ioengine: the source package of the fio
 # Debian installed, configured (scripts/fio-src.sh).
