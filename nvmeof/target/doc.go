@@ -67,6 +67,11 @@
 //	discovery.go   the discovery log page and listener addresses
 //	vendor.go      vendor-specific I/O commands (80h-FFh), routed to the
 //	               VendorHandler of a namespace (the file service)
+//	stats.go       counters for metrics: per namespace and kind of I/O
+//	               command (Namespace.IOStats: ops, errors, bytes, a
+//	               latency histogram), per host (Subsystem.HostStats:
+//	               connects, keep-alive expiries); queue depths come with
+//	               ControllerInfos
 //
 // and the RDMA binding sits beside it in rdma_listener.go (RDMA_CM
 // private data, accept or reject) and rdma_queue.go (capsules by Send,
@@ -232,7 +237,9 @@
 // Command slots, buffers and work requests are allocated when a queue is
 // set up (large buffers on first use); steady-state reads and writes
 // allocate nothing, on the queue goroutine or the workers
-// (TestDispatchAllocatesNothing, BenchmarkDispatch). The WRs a queue's
+// (TestDispatchAllocatesNothing, BenchmarkDispatch): the I/O counters
+// are atomics in the Namespace, bumped in queue.finish, and a command's
+// latency is two time.Now calls. The WRs a queue's
 // goroutine builds while handling one batch of completions go out in one
 // PostSend.
 //
