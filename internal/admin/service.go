@@ -288,9 +288,11 @@ func contains(list []string, s string) bool {
 func baseName(s string) string { return filepath.Base(s) }
 
 // CheckListenURL checks a listener URL's syntax, as Listen will read it:
-// [fault+]tcp://HOST:PORT (NVMe/TCP), or an RDMA URL of package rdma.
+// tcp://HOST:PORT (NVMe/TCP), or an RDMA URL of package rdma (fault+
+// RDMA wrappers included; TCP listeners are wrapped only in tests,
+// through target.WithListenerWrapper).
 func CheckListenURL(u string) error {
-	if rest, ok := strings.CutPrefix(strings.TrimPrefix(u, "fault+"), "tcp://"); ok {
+	if rest, ok := strings.CutPrefix(u, "tcp://"); ok {
 		_, port, err := net.SplitHostPort(rest)
 		if err != nil {
 			return err
@@ -780,6 +782,7 @@ func statsJSON(st chunkstore.Stats) map[string]any {
 		"live_bytes": st.LiveBytes, "dead_bytes": st.DeadBytes, "slots_used": st.SlotsUsed, "slots_free": st.SlotsFree,
 		"stripes_open": st.StripesOpen, "cleaner_bytes": st.CleanerBytes, "host_bytes": st.HostBytes,
 		"device_bytes": st.DeviceBytes, "write_amplification": st.WriteAmplification,
+		"idle_bytes": st.IdleBytes, "compactions": st.Compactions, "slots_punched": st.SlotsPunched,
 	}
 }
 

@@ -11,6 +11,16 @@
 //	...
 //	netfault.For("fault+tcp://127.0.0.1:4420").Cut()
 //
+// A target's listeners are wrapped through its option, so that the
+// target itself imports nothing of this package:
+//
+//	t, _ := target.New(target.WithListenerWrapper(netfault.Wrapper))
+//	addr, _ := t.Listen(ctx, "tcp://127.0.0.1:0")
+//	netfault.For(addr).Cut() // or For("fault+" + addr), as the tests name it
+//
+// fault+tcp:// is the tests' name for such a listener: the host library
+// dials it as tcp://.
+//
 // Every method is safe for concurrent use.
 //
 // Libraries: the standard library only.
@@ -18,6 +28,7 @@ package netfault
 
 import (
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -79,6 +90,7 @@ func (i *Injector) Cuts() int { return int(i.cuts.Load()) }
 type Listener struct {
 	net.Listener
 	inj *Injector
+	url string // registered by Wrapper; "" otherwise
 }
 
 // Listen listens as net.Listen does.
@@ -87,7 +99,29 @@ func Listen(network, addr string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Listener{Listener: ln, inj: &Injector{conns: map[net.Conn]struct{}{}}}, nil
+	return Wrap(ln), nil
+}
+
+// Wrap makes ln a Listener whose connections an Injector can cut.
+func Wrap(ln net.Listener) *Listener {
+	return &Listener{Listener: ln, inj: &Injector{conns: map[net.Conn]struct{}{}}}
+}
+
+// Wrapper wraps ln and registers its injector under url until it is
+// closed: a target.ListenerWrapper (target.WithListenerWrapper).
+func Wrapper(url string, ln net.Listener) (net.Listener, error) {
+	l := Wrap(ln)
+	l.url = url
+	Register(url, l.inj)
+	return l, nil
+}
+
+// Close closes the listener; one Wrapper made forgets its URL.
+func (l *Listener) Close() error {
+	if l.url != "" {
+		Unregister(l.url)
+	}
+	return l.Listener.Close()
 }
 
 // Injector returns the listener's injector.
@@ -156,9 +190,16 @@ func Unregister(url string) {
 	regMu.Unlock()
 }
 
-// For returns the injector registered for url, or nil.
+// For returns the injector registered for url, or nil. A fault+tcp://
+// URL finds what is registered under it, or else under its tcp:// form.
 func For(url string) *Injector {
 	regMu.Lock()
 	defer regMu.Unlock()
-	return registry[url]
+	if inj := registry[url]; inj != nil {
+		return inj
+	}
+	if rest, ok := strings.CutPrefix(url, "fault+tcp://"); ok {
+		return registry["tcp://"+rest]
+	}
+	return nil
 }

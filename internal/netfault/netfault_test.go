@@ -83,3 +83,20 @@ func TestStall(t *testing.T) {
 	require.ErrorIs(t, <-got, net.ErrClosed, "Close ends a stalled read")
 	ln.Injector().Resume()
 }
+
+// TestWrapper: a listener wrapped by Wrapper is found under its tcp://
+// URL and its fault+tcp:// name until it is closed.
+func TestWrapper(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "tcp://" + raw.Addr().String()
+	ln, err := Wrapper(url, raw)
+	require.NoError(t, err)
+	inj := For(url)
+	require.NotNil(t, inj)
+	assert.Same(t, inj, For("fault+"+url))
+	require.NoError(t, ln.Close())
+	assert.Nil(t, For(url), "closing forgets the URL")
+	_, err = raw.Accept()
+	assert.ErrorIs(t, err, net.ErrClosed, "and closes the listener it wrapped")
+}

@@ -959,8 +959,8 @@ func (c *Controller) closePD() error {
 }
 
 // tcpHostPort returns HOST:PORT of a tcp://HOST:PORT URL. fault+tcp://
-// is the same for the host: the listener of such a URL cuts connections
-// (internal/netfault).
+// is the same for the host: tests name so a target listener whose
+// connections they cut (internal/netfault).
 func tcpHostPort(url string) (string, bool) {
 	rest, ok := strings.CutPrefix(url, "tcp://")
 	if !ok {

@@ -304,8 +304,10 @@
 //     intra-host (ADRFAM FEh) to shm://TRADDR, RDMA with provider iWARP to
 //     iwarp://, other RDMA to rdma://, TCP with SECTYPE 0 to tcp:// (TLS
 //     is not supported) (EntryURL).
-//   - fault+tcp:// is taken as tcp://: the target's fault+tcp listener
-//     (internal/netfault) does the cutting, the host dials plain TCP.
+//   - fault+tcp:// is taken as tcp://: it is the tests' name for a
+//     target listener wrapped by internal/netfault
+//     (target.WithListenerWrapper), which does the cutting; the host
+//     dials plain TCP.
 //
 // # Libraries
 //

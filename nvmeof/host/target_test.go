@@ -32,6 +32,12 @@ type realTarget struct {
 // size bytes in blocks of bs.
 func newTarget(t testing.TB, url string, size int64, bs int, hosts []string, opts ...target.Option) *realTarget {
 	t.Helper()
+	cut := false
+	if rest, ok := strings.CutPrefix(url, "fault+tcp://"); ok {
+		// A TCP listener whose connections tests cut: netfault wraps it.
+		url, cut = "tcp://"+rest, true
+		opts = append(opts, target.WithListenerWrapper(netfault.Wrapper))
+	}
 	tgt, err := target.New(append([]target.Option{target.WithLogger(testLogger(t))}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { tgt.Close() })
@@ -45,6 +51,9 @@ func newTarget(t testing.TB, url string, size int64, bs int, hosts []string, opt
 	defer cancel()
 	addr, err := tgt.Listen(ctx, url)
 	require.NoError(t, err)
+	if cut {
+		addr = "fault+" + addr
+	}
 	return &realTarget{tgt: tgt, sub: sub, addr: addr}
 }
 

@@ -276,6 +276,7 @@
 //
 // The standard library (log/slog for logs, net and bufio for NVMe/TCP),
 // package rdma and its providers, the wire package nvmeof,
-// nvmeof/blockdev, and internal/netfault for fault+tcp:// listeners whose
-// connections tests cut.
+// and nvmeof/blockdev. Tests that cut NVMe/TCP connections wrap the
+// listeners (WithListenerWrapper with internal/netfault's Wrapper); the
+// target imports no test code.
 package target

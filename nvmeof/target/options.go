@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"net"
 	"time"
 
 	"github.com/capsule-storage/capsule/nvmeof"
@@ -54,6 +55,7 @@ type config struct {
 	modelNumber          string
 	firmwareRevision     string
 	tcpMaxH2CData        int // 0: MaxTransfer
+	wrapListener         ListenerWrapper
 }
 
 func defaultConfig() config {
@@ -119,6 +121,24 @@ func WithDrainTimeout(d time.Duration) Option { return func(c *config) { c.drain
 // any R2T, as hosts that do not split an R2T need; a multiple of 4 from
 // 4096).
 func WithTCPMaxH2CData(bytes int) Option { return func(c *config) { c.tcpMaxH2CData = bytes } }
+
+// ListenerWrapper wraps a listener the target has just opened: url is
+// the address hosts reach it at (tcp://HOST:PORT, with the real port).
+// The target accepts connections from what it returns, and closes that
+// (which must close ln) when it stops listening. An error ends the
+// Listen, and the target closes ln.
+type ListenerWrapper func(url string, ln net.Listener) (net.Listener, error)
+
+// WithListenerWrapper passes every NVMe/TCP listener the target opens
+// through wrap (default: none), the way pebble takes a vfs.FS: the
+// seam where tests put a listener whose connections they cut or stall
+// (internal/netfault.Wrapper), with no test code in the target.
+// Connections a wrapped listener accepts may wrap a *net.TCPConn if they
+// have an Unwrap() net.Conn method, which the target uses to set
+// TCP_NODELAY.
+func WithListenerWrapper(wrap ListenerWrapper) Option {
+	return func(c *config) { c.wrapListener = wrap }
+}
 
 // WithModelNumber sets MN of Identify Controller (default "capsule"; up
 // to 40 printable ASCII characters).

@@ -135,7 +135,7 @@ func (t *Target) lookupSubsystem(nqn string) *Subsystem {
 // listens on (with the real port when url asked for port 0). Every
 // subsystem is reachable through every listener. tcp://HOST:PORT serves
 // NVMe/TCP (4420 is the usual I/O port, 8009 the discovery port;
-// fault+tcp:// lets internal/netfault cut its connections). The other
+// WithListenerWrapper wraps these listeners). The other
 // schemes are those of package rdma (iwarp://, shm://, rdma://, fault+…);
 // the program must link the providers in (import rdma/providers).
 func (t *Target) Listen(ctx context.Context, url string) (string, error) {
@@ -156,7 +156,7 @@ func (t *Target) Listen(ctx context.Context, url string) (string, error) {
 
 	var l listener
 	var err error
-	if strings.HasPrefix(url, "tcp://") || strings.HasPrefix(url, "fault+tcp://") {
+	if strings.HasPrefix(url, "tcp://") {
 		l, err = listenTCP(ctx, t, url, portID)
 	} else {
 		l, err = listenRDMA(ctx, t, url, portID)

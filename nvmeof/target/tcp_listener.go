@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/capsule-storage/capsule/internal/netfault"
 	"github.com/capsule-storage/capsule/nvmeof"
 )
 
@@ -34,37 +33,29 @@ type tcpListener struct {
 
 var _ listener = (*tcpListener)(nil)
 
-// listenTCP starts a TCP listener and its accept loop. url is
-// tcp://HOST:PORT, or fault+tcp://HOST:PORT for a listener whose
-// connections internal/netfault can cut (tests).
+// listenTCP starts a TCP listener at url, tcp://HOST:PORT, passes it
+// through the target's ListenerWrapper if it has one, and starts its
+// accept loop.
 func listenTCP(ctx context.Context, t *Target, url string, portID uint16) (*tcpListener, error) {
-	scheme, hostPort, _ := strings.Cut(url, "://")
-	var (
-		ln  net.Listener
-		inj *netfault.Injector
-		err error
-	)
-	if scheme == "fault+tcp" {
-		var fl *netfault.Listener
-		fl, err = netfault.Listen("tcp", hostPort)
-		if err == nil {
-			ln, inj = fl, fl.Injector()
-		}
-	} else {
-		var lc net.ListenConfig
-		ln, err = lc.Listen(ctx, "tcp", hostPort)
-	}
+	_, hostPort, _ := strings.Cut(url, "://")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", hostPort)
 	if err != nil {
 		return nil, fmt.Errorf("target: listen on %s: %w", url, err)
 	}
-	addr := scheme + "://" + ln.Addr().String()
+	addr := "tcp://" + ln.Addr().String()
 	disc, err := discoveryEntry(addr, portID)
 	if err != nil {
 		ln.Close()
 		return nil, err
 	}
-	if inj != nil {
-		netfault.Register(addr, inj)
+	if wrap := t.cfg.wrapListener; wrap != nil {
+		wl, err := wrap(addr, ln)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("target: listen on %s: wrapping the listener: %w", url, err)
+		}
+		ln = wl
 	}
 	l := &tcpListener{t: t, ln: ln, addr: addr, disc: disc, log: t.log.With("listener", addr)}
 	t.wg.Add(1)
@@ -79,7 +70,6 @@ func (l *tcpListener) entry() nvmeof.DiscoveryLogEntry { return l.disc }
 func (l *tcpListener) close() error {
 	l.closeOnce.Do(func() {
 		l.closeErr = l.ln.Close()
-		netfault.Unregister(l.addr)
 	})
 	return l.closeErr
 }
@@ -108,7 +98,8 @@ func (l *tcpListener) acceptLoop() {
 	}
 }
 
-// tcpConnOf finds the *net.TCPConn under c (netfault wraps it).
+// tcpConnOf finds the *net.TCPConn under c (a ListenerWrapper's
+// connections may wrap it).
 func tcpConnOf(c net.Conn) (*net.TCPConn, bool) {
 	for {
 		switch x := c.(type) {

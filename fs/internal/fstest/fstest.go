@@ -17,6 +17,7 @@ import (
 
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/fs/server"
+	"github.com/capsule-storage/capsule/internal/netfault"
 	"github.com/capsule-storage/capsule/nvmeof/target"
 	_ "github.com/capsule-storage/capsule/rdma/providers"
 )
@@ -85,7 +86,14 @@ func start(t testing.TB, dir, url string, opt server.Options) *Target {
 	}
 	srv, err := server.Open(filepath.Join(dir, "fs.db"), store, opt)
 	require.NoError(t, err)
-	tgt, err := target.New(target.WithLogger(Logger(t)))
+	opts := []target.Option{target.WithLogger(Logger(t))}
+	listen, cut := url, false
+	if rest, ok := strings.CutPrefix(url, "fault+tcp://"); ok {
+		// A TCP listener whose connections tests cut: netfault wraps it.
+		listen, cut = "tcp://"+rest, true
+		opts = append(opts, target.WithListenerWrapper(netfault.Wrapper))
+	}
+	tgt, err := target.New(opts...)
 	require.NoError(t, err)
 	sub, err := tgt.AddSubsystem(target.SubsystemConfig{NQN: NQN, AllowAnyHost: true})
 	require.NoError(t, err)
@@ -93,8 +101,11 @@ func start(t testing.TB, dir, url string, opt server.Options) *Target {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	addr, err := tgt.Listen(ctx, url)
+	addr, err := tgt.Listen(ctx, listen)
 	require.NoError(t, err)
+	if cut {
+		addr = "fault+" + addr
+	}
 	return &Target{Addr: addr, Dir: dir, Store: store, Server: srv, T: tgt}
 }
 
