@@ -185,3 +185,28 @@ func (a *allocator) commitDone(e uint64) {
 	a.pending = keep
 	a.nPending.Store(int64(len(keep)))
 }
+
+// slotRun is n slots from first on.
+type slotRun struct{ first, n uint64 }
+
+// freeRuns returns the runs of free slots below the high-water mark.
+func (a *allocator) freeRuns() []slotRun {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []slotRun
+	for p := uint64(0); p < a.high; p++ {
+		if w := p / 64; w < uint64(len(a.used)) && a.used[w] == ^uint64(0) {
+			p = w*64 + 63
+			continue
+		}
+		if a.isSet(p) {
+			continue
+		}
+		if k := len(out) - 1; k >= 0 && out[k].first+out[k].n == p {
+			out[k].n++
+		} else {
+			out = append(out, slotRun{first: p, n: 1})
+		}
+	}
+	return out
+}

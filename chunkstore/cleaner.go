@@ -9,7 +9,14 @@ import (
 
 // DefaultOverProvision is the dead space the cleaner lets the store hold,
 // as a fraction of the live data (WithOverProvision).
-const DefaultOverProvision = 0.5
+const DefaultOverProvision = 1.0
+
+// DefaultIdleOverProvision and DefaultIdleAfter are WithIdleCompaction's
+// defaults: after 3 s without a write, compact to 1.1 × the live data.
+const (
+	DefaultIdleOverProvision = 0.1
+	DefaultIdleAfter         = 3 * time.Second
+)
 
 // cleanSlack is the number of slots beyond the over-provisioning the
 // cleaner tolerates, so that small stores are not cleaned all the time.
@@ -22,16 +29,29 @@ const cleanBatch = 16
 // data still in its slots) the store may hold, as a fraction of the live
 // data: the cleaner starts when the slots in use hold more than
 // (1 + f) × the live data (plus a few slots), and writers wait for it when
-// they hold more than (1 + 2f) × (default DefaultOverProvision). A larger
+// they hold more than (1 + 1.5f) × (default DefaultOverProvision). A larger
 // f means less cleaning (lower write amplification) and larger shard
 // files.
 func WithOverProvision(f float64) Option {
 	return func(o *options) { o.overprov, o.overprovSet = f, true }
 }
 
+// WithIdleCompaction sets what the cleaner does once no caller has
+// written for after (default DefaultIdleAfter; 0 never): it compacts the
+// store until the slots in use hold at most (1 + f) × the live data (plus
+// a few slots; default DefaultIdleOverProvision), stopping as soon as a
+// write arrives, and then a checkpoint gives the blocks of every free slot
+// back to the file system (vfs.Puncher), so that a store at rest takes
+// little more than its live data and parity. An f at or above
+// WithOverProvision's compacts nothing more than a busy store does, and
+// only punches.
+func WithIdleCompaction(f float64, after time.Duration) Option {
+	return func(o *options) { o.idleProv, o.idleAfter = f, after }
+}
+
 // cleanLevel says how far the slots in use exceed the live data: 0
-// within the over-provisioning, 1 past it (clean), 2 past twice it
-// (writers wait). lmu is held.
+// within the over-provisioning, 1 past it (clean), 2 past one and a half
+// times it (writers wait). lmu is held.
 func (s *Store) cleanLevel() int {
 	cs := int64(s.capSectors())
 	used := s.dataCap
@@ -39,12 +59,19 @@ func (s *Store) cleanLevel() int {
 	f := s.opts.overprov
 	slack := float64(cleanSlack * cs)
 	switch {
-	case float64(used) > (1+2*f)*live+2*slack:
+	case float64(used) > (1+1.5*f)*live+2*slack:
 		return 2
 	case float64(used) > (1+f)*live+slack:
 		return 1
 	}
 	return 0
+}
+
+// idleDirtyLocked reports whether the slots in use exceed the idle
+// target, (1 + WithIdleCompaction's f) × the live data. lmu is held.
+func (s *Store) idleDirtyLocked() bool {
+	cs := int64(s.capSectors())
+	return float64(s.dataCap) > (1+s.opts.idleProv)*float64(s.liveTotal)+float64(cleanSlack*cs)
 }
 
 func (s *Store) kickClean() {
@@ -61,11 +88,27 @@ func (s *Store) kickClean() {
 // so mostly dead slots go first and, among equally dead ones, the old,
 // cold ones, whose remaining data is unlikely to die soon on its own. It
 // moves each victim's live sectors to the log, which frees the victim at
-// the next checkpoint.
+// the next checkpoint. Once no caller has written for a while and it has
+// had nothing to do meanwhile, it makes one idle pass
+// (WithIdleCompaction): the same, down to the idle target, then a
+// trimming checkpoint.
 func (s *Store) cleaner() {
 	defer close(s.cleanDone)
-	t := time.NewTicker(50 * time.Millisecond)
+	tick := 50 * time.Millisecond
+	if a := s.opts.idleAfter; a > 0 && a < tick {
+		tick = a // tests: short idle times
+	}
+	t := time.NewTicker(tick)
 	defer t.Stop()
+	// A store that no one has written to since Open needs no idle pass.
+	s.lmu.Lock()
+	written := s.hostSecs // hostSecs when last looked at
+	s.lmu.Unlock()
+	var (
+		host      int64     = -1   // hostOpsLocked when last looked at
+		active    time.Time        // when I/O or a busy pass was last seen
+		compacted bool      = true // the idle pass since the last write is done
+	)
 	for {
 		select {
 		case <-s.stop:
@@ -75,14 +118,34 @@ func (s *Store) cleaner() {
 		}
 		for {
 			s.lmu.Lock()
-			want := s.cleanLevel() > 0
+			now := time.Now()
+			if ops := s.hostOpsLocked(); ops != host {
+				// Reads delay the idle pass; only writes call for
+				// another one.
+				if s.hostSecs != written {
+					written, compacted = s.hostSecs, false
+				}
+				host, active = ops, now
+			}
+			busy := s.cleanLevel() > 0
+			idle := !busy && !compacted && s.opts.idleAfter > 0 && now.Sub(active) >= s.opts.idleAfter
 			var victims []uint64
-			if want {
+			if busy || idle && s.idleDirtyLocked() {
 				victims = s.pickVictimsLocked(cleanBatch)
+			}
+			if idle && len(victims) == 0 {
+				// The idle pass is done (or had nothing to move): the
+				// next checkpoint frees what it released and punches.
+				compacted = true
+				s.trimWanted = true
+				s.kickCommit()
 			}
 			s.lmu.Unlock()
 			if len(victims) == 0 {
 				break
+			}
+			if busy {
+				active = now
 			}
 			for _, v := range victims {
 				select {
@@ -90,7 +153,10 @@ func (s *Store) cleaner() {
 					return
 				default:
 				}
-				if err := s.cleanSlot(v); err != nil {
+				if idle && s.ioSince(host) {
+					break // I/O: busy rules again
+				}
+				if err := s.cleanSlot(v, idle); err != nil {
 					s.log.Warn("chunkstore: cleaner could not move a slot", "slot", v, "err", err)
 				}
 				runtime.Gosched()
@@ -100,6 +166,18 @@ func (s *Store) cleaner() {
 			s.lmu.Unlock()
 		}
 	}
+}
+
+// hostOpsLocked counts the callers' reads and written sectors. lmu is
+// held.
+func (s *Store) hostOpsLocked() int64 { return s.hostSecs + s.hostReads }
+
+// ioSince reports whether callers read or wrote since hostOpsLocked was
+// host.
+func (s *Store) ioSince(host int64) bool {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	return s.hostOpsLocked() != host
 }
 
 // pickVictimsLocked returns up to n slots with the best cost-benefit
@@ -149,8 +227,9 @@ type move struct {
 	sec, n     int
 }
 
-// cleanSlot moves the live sectors of slot to the log.
-func (s *Store) cleanSlot(slot uint64) error {
+// cleanSlot moves the live sectors of slot to the log; idle: for an idle
+// pass.
+func (s *Store) cleanSlot(slot uint64, idle bool) error {
 	s.lmu.Lock()
 	si := s.slots[slot]
 	s.lmu.Unlock()
@@ -217,6 +296,9 @@ func (s *Store) cleanSlot(slot uint64) error {
 			return err
 		}
 		s.cleaned += int64(n)
+		if idle {
+			s.idleCleaned += int64(n)
+		}
 		off += n * SectorSize
 	}
 	return rerr

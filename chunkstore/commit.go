@@ -7,11 +7,11 @@ import (
 // resvBytes is how much stripe data a checkpoint reserves slots for: the
 // log writes that much before it must wait for the next checkpoint, and
 // the roll-forward at Open examines at most that much.
-const resvBytes = 256 << 20
+const resvBytes = 1 << 30
 
 // maxResv bounds the slots a checkpoint reserves (and the size of the
 // reservation record in every replica) for stores of small stripes.
-const maxResv = 1024
+const maxResv = 4096
 
 // resvHeadMin is the least the log may use of its reservation while a
 // checkpoint is being written: a quarter of it (Store.resvHead), so that
@@ -49,7 +49,7 @@ func (s *Store) autoCommit() {
 			timed = true
 		}
 		s.lmu.Lock()
-		need := s.resvLimit-s.pops <= uint64(s.resvSize/2) ||
+		need := s.resvLimit-s.pops <= uint64(s.resvSize/2) || s.trimWanted ||
 			(s.opts.commit > 0 && s.alloc.waiting() >= s.opts.commit) ||
 			s.shortSealed >= maxPrepare/2 ||
 			(timed && (s.ckptNeeded || len(s.dirtySlots) > 0))
@@ -119,6 +119,18 @@ func (s *Store) commit() error {
 // extra adds to the snapshot (volume creation and deletion, the device
 // table). The caller holds commitMu.
 func (s *Store) commitLocked(extra func(*batch)) error {
+	trimmed, err := s.checkpointLocked(extra)
+	if trimmed {
+		s.punchFree()
+		s.stats.compactions.Add(1)
+	}
+	return err
+}
+
+// checkpointLocked is commitLocked's checkpoint; it reports whether it
+// was a trimming one, after which the caller, still holding commitMu,
+// punches the free slots.
+func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	epoch := s.alloc.beginCommit()
@@ -186,22 +198,37 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	// (the log may use those before this checkpoint completes: they are
 	// in the last committed reservation too), then the lowest free slots,
 	// so that the log fills the holes the cleaner and overwrites leave.
-	head := min(len(s.resv), s.resvHead)
-	if len(s.resv) > head && s.alloc.freeBelow(s.resv[len(s.resv)-1]) {
+	//
+	// A trimming checkpoint (an idle pass asked for it) keeps only a few
+	// slots of the current reservation and reserves only a few more, so
+	// that the slots it gives back are free for punchFree; the next
+	// checkpoint reserves as usual, from slots that have no blocks now.
+	trim := s.trimWanted
+	s.trimWanted = false
+	head, size := min(len(s.resv), s.resvHead), s.resvSize
+	if trim {
+		head = min(len(s.resv), resvHeadMin)
+		size = head + maxPrepare
+	}
+	if len(s.resv) > head && (trim || s.alloc.freeBelow(s.resv[len(s.resv)-1])) {
 		for _, slot := range s.resv[head:] {
 			s.alloc.abort(slot)
 		}
 		s.resv = s.resv[:head]
 	}
 	fresh := len(s.resv)
-	for len(s.resv) < s.resvSize {
+	for len(s.resv) < size {
 		s.resv = append(s.resv, s.alloc.get())
 	}
 	// Slots for the short stripes of flushes to come: as many as flushes
-	// sealed since the last snapshot, and a few more.
+	// sealed since the last snapshot, and a few more; after a trim, all
+	// the few it reserved, for the writes that end the idle time.
 	var prep []uint64
-	if short := s.shortSealed; short > 0 {
+	if short := s.shortSealed; short > 0 || trim {
 		n := min(len(s.resv)-fresh, 2*short+resvHeadMin, maxPrepare)
+		if trim {
+			n = len(s.resv) - fresh
+		}
 		prep = append(prep, s.resv[fresh:fresh+n]...)
 	}
 	s.shortSealed = 0
@@ -239,6 +266,7 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 			s.dirtySlots[slot] = struct{}{}
 		}
 		s.ckptNeeded = s.ckptNeeded || ckptNeeded
+		s.trimWanted = s.trimWanted || trim
 		s.lmu.Unlock()
 		s.chunks.redirty(chunkIDs)
 	}
@@ -251,11 +279,11 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	// are the new reserved slots prepared for short stripes.
 	s.prepareSlots(prep)
 	if _, err := s.writeOutLocked(target); err != nil {
-		return fail(err)
+		return false, fail(err)
 	}
 	before := s.writableMask()
 	if err := s.syncDevicesLocked(); err != nil {
-		return fail(err)
+		return false, fail(err)
 	}
 	lost := before &^ s.writableMask()
 	for _, o := range pending {
@@ -277,10 +305,10 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	})
 	s.seq = b.super.Seq
 	if committed == 0 {
-		return fail(ErrTooManyFailures)
+		return false, fail(ErrTooManyFailures)
 	}
 	if err := s.enoughDevices(); err != nil {
-		return fail(err)
+		return false, fail(err)
 	}
 	s.genHigh = b.super.GenHigh
 	s.devDirty = false
@@ -293,5 +321,5 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	s.resvLimit = pops + uint64(len(b.resv))
 	s.lcond.Broadcast()
 	s.lmu.Unlock()
-	return nil
+	return trim, nil
 }

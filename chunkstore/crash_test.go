@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -226,10 +228,19 @@ func crashWorkload(r *rand.Rand, v *Volume, m *blockModel, cm *chunkModel, ops i
 }
 
 func TestCrashConsistency(t *testing.T) {
-	for seed := range seeds(100, 1000) {
+	crashCompactions.Store(0)
+	n := seeds(100, 1000)
+	for seed := range n {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runCrash(t, uint64(seed)) })
 	}
+	if n >= 20 {
+		require.Positive(t, crashCompactions.Load(), "some seeds made idle passes")
+	}
+	t.Logf("%d idle passes", crashCompactions.Load())
 }
+
+// crashCompactions counts the idle passes the crash test's stores made.
+var crashCompactions atomic.Int64
 
 func runCrash(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0xc0ffee))
@@ -242,8 +253,14 @@ func runCrash(t *testing.T, seed uint64) {
 	// crashes land inside its moves too.
 	autoCommit := []int{0, 2, 16}[r.IntN(3)]
 	overprov := []float64{0.05, 0.3, DefaultOverProvision}[r.IntN(3)]
+	// Half the seeds run on the in-memory devices themselves, whose
+	// shard files share cache flushes and punch holes; and idle passes
+	// (compaction and trimming checkpoints) start whenever the workload
+	// pauses for a millisecond.
 	td := newTestDevices(t, g.Devices())
-	opts := testOpts(g, unit, WithAutoCommit(autoCommit), WithOverProvision(overprov))
+	td.direct = seed%2 == 1
+	idle := []time.Duration{0, time.Millisecond, 5 * time.Millisecond}[r.IntN(3)]
+	opts := testOpts(g, unit, WithAutoCommit(autoCommit), WithOverProvision(overprov), WithIdleCompaction(0.1, idle))
 	s := mustCreate(t, td, opts...)
 	blocks := (g.Data*unit*12 + 3*crashBlock) / crashBlock
 	v, err := s.CreateVolume("vol", int64(blocks*crashBlock))
@@ -272,6 +289,7 @@ func runCrash(t *testing.T, seed uint64) {
 	for _, err := range fuaDone() {
 		require.True(t, err == nil || errors.Is(err, vfs.ErrCrashed) || errors.Is(err, ErrTooManyFailures), "FUA writer failed for another reason: %v", err)
 	}
+	crashCompactions.Add(s.Stats().Compactions)
 	_ = s.Close()
 	td.crash()
 
@@ -288,6 +306,7 @@ func runCrash(t *testing.T, seed uint64) {
 	// The recovered store keeps working: more writes, a clean close,
 	// and the data is all there.
 	require.NoError(t, crashWorkload(r, v, m, cm, 15))
+	crashCompactions.Add(s.Stats().Compactions)
 	require.NoError(t, s.Close())
 	m.synced()
 	cm.synced()

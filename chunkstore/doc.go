@@ -112,9 +112,10 @@
 // replicas). Pebble costs 8 goroutines and up to 81 files per replica,
 // 100-220 MB of WAL each, and, untuned, six instances' compactions on two
 // cores gave checkpoints a p99 of 3.8-7.8 s against bbolt's 1.8-3.0 s.
-// The choice for now is bbolt: checkpoints come every 128 MiB of log, so
+// The choice for now is bbolt: checkpoints come every 512 MiB of log, so
 // a 1 GiB volume written at random rewrites its whole map about once per
-// checkpoint, a few MB per replica; moving the map to pebble (a format
+// checkpoint, a few MB per replica (about 0.1 device bytes per host byte
+// on six replicas; at 128 MiB between checkpoints it was 0.3); moving the map to pebble (a format
 // change, with its memtables, WAL and compactions tuned for six
 // instances sharing the cores) is the next step for large, randomly
 // written volumes, where bbolt's per-page leaf copies dominate.
@@ -203,9 +204,10 @@
 //     reservation.
 //
 // The background committer checkpoints when half the reservation is used
-// (every 128 MiB of stripes by default: a reservation covers 256 MiB, at
-// most 1024 slots), when WithAutoCommit released slots (default 1024)
-// wait to be freed, and every 5 s while an unmap or a chunk record waits;
+// (every 512 MiB of stripes by default: a reservation covers 1 GiB, at
+// most 4096 slots, which bounds the roll-forward's examination), when
+// WithAutoCommit released slots (default 4096) wait to be freed, when an
+// idle pass asks for a trimming checkpoint (below), and every 5 s while an unmap or a chunk record waits;
 // a writer that finds four times WithAutoCommit waiting checkpoints
 // itself. Volume creation and deletion, scrub's repairs and rebuild's
 // progress are checkpoints too.
@@ -216,7 +218,7 @@
 // slot with nothing live left is released at once and freed by the next
 // checkpoint. The cleaner (one goroutine from Open to Close) keeps the
 // rest bounded: when the slots in use hold more than (1 + f) × the live
-// data plus 32 slots (f is WithOverProvision, default 0.5), it picks
+// data plus 32 slots (f is WithOverProvision, default 1), it picks
 // victims by cost and benefit, as in LFS: (1 - u) × age / (1 + u), where u
 // is the slot's live fraction and age counts the generations written
 // since it, so mostly dead slots go first and, among equally dead ones,
@@ -225,13 +227,31 @@
 // the map, reads the live ones (reconstructing if it must) and appends
 // them to the log, each only if the map still points at the victim (a
 // write in between wins), which releases the victim. Writers wait for it
-// when the slots in use exceed (1 + 2f) × the live data, so a full store
-// slows down instead of growing without bound; the cleaner's own appends
-// never wait for that, so it cannot deadlock. With uniformly random
-// overwrites, the cleaner's share of the writes is about 1/(1 - u) of the
-// victims' live fraction: f = 0.5 keeps it near 1.5×, which with the
-// stripe's 1.59× gives about 2.4 device bytes per host byte; a smaller f
-// saves space and costs writes.
+// when the slots in use exceed (1 + 1.5f) × the live data, so a full
+// store slows down instead of growing without bound; the cleaner's own
+// appends never wait for that, so it cannot deadlock. Under uniformly
+// random overwrites the victims' live fraction u follows from f, and the
+// cleaner moves u/(1 - u) bytes per host byte, each at the stripe's 1.59×:
+// with f = 0.5, u is about 0.5 and a store whose cleaner keeps up writes
+// about 3.2 device bytes per host byte (measured, checkpoints included);
+// with f = 1, u is about 0.3, for about 2.2-2.4. The default is 1: a busy
+// store's slots hold up to twice its live data, which the idle pass
+// (below) gives back; a smaller f saves space under load and costs
+// writes.
+//
+// Over-provisioning is what a busy store needs; a store at rest does not.
+// Once no caller has read or written for 3 s and the cleaner has had
+// nothing to do meanwhile, it makes one idle pass (WithIdleCompaction),
+// as F2FS's background cleaning does: the same cleaning, down to 1.1 ×
+// the live data, stopping at the first I/O. Then a trimming checkpoint
+// frees the victims, keeps only a few reserved slots (the next checkpoint
+// reserves as usual), and gives the blocks of every free slot back to
+// the file system (punchFree: fallocate PUNCH_HOLE through vfs.Puncher),
+// so that the shard files of a store at rest hold about 1.1 × its live
+// stripes. Writes after the idle time fill punched slots, which costs the
+// file system allocations and the first flushes their own fdatasyncs
+// (the trim prepares the few slots it reserves). The idle pass's moves
+// are counted apart (Stats.IdleBytes) from the busy cleaner's.
 //
 // # Crash consistency
 //
@@ -288,12 +308,23 @@
 //   - Generations are reserved in blocks of 2^40 that are committed ahead
 //     of use, so a slot reused after a crash never carries the generation
 //     of a stripe the metadata knows.
+//   - Only free slots are punched: no adoptable checkpoint names them
+//     (they were freed after a checkpoint that no longer did completed),
+//     the punch holds commitMu, so no reservation takes them meanwhile,
+//     and nothing reads or writes them. A crash before the punch is
+//     synced leaves their old bytes: stale stripes, which the roll-forward
+//     skips by generation as in any reused slot. Their allocation marks
+//     are dropped under flushMu first, so no flush in progress marks a
+//     punched slot allocated again and a later write there has its own
+//     fdatasync.
 //
 // The crash tests check exactly that (crash_test.go): random writes, FUA
 // writes, discards, chunk puts and deletes and syncs, with the cleaner
-// running and two writers making FUA writes at once (group commits), on
-// in-memory devices that crash together at a random operation (a shared
-// vfs.CrashClock), then reopen, compare every 512-byte block and chunk
+// running and two writers making FUA writes at once (group commits), and
+// idle passes with their trims whenever the workload pauses, on in-memory
+// devices that crash together at a random operation (a shared
+// vfs.CrashClock; half the seeds use the devices' shared cache flushes
+// and punched holes, the others wrappers without them), then reopen, compare every 512-byte block and chunk
 // with what the model allows, scrub for parity, check the maps against
 // the stripes' summaries (checkMap; invariants builds run it after every
 // roll-forward) and keep working. Crashes in the middle of a rebuild
@@ -449,11 +480,16 @@
 //     with nothing dirty: ext4 in its default data=ordered mode and XFS do.
 //     Other file systems get an fdatasync per device; ext4 mounted with
 //     data=journal is not detected.
-//   - Shard files grow to the high-water mark of slots and never shrink;
-//     freed slots are reused (the reservation takes the lowest first), not
-//     punched out. A released slot joins the reservation two checkpoints
-//     later, so between checkpoints the mark can pass the live slots by
-//     the over-provisioning plus what waits to be freed.
+//   - Shard files keep the size of the high-water mark of slots; freed
+//     slots are reused (the reservation takes the lowest first), and
+//     punched only by the trimming checkpoint after an idle pass. While
+//     a store is busy, a released slot joins the reservation two
+//     checkpoints later, so the allocated space can pass the live slots
+//     by the over-provisioning plus what waits to be freed and the
+//     reservation (up to 4096 slots each): a store under constant
+//     overwrites never gets its idle pass.
+//   - A file system that cannot punch holes (vfs.Puncher fails) keeps the
+//     blocks of free slots; only the compaction happens.
 //   - The maps and the slot table are held in memory and loaded at Open
 //     (figures above).
 //   - The cleaner picks victims by scanning the slot table: about 10 ms

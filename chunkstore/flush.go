@@ -120,6 +120,26 @@ func (t *allocTrack) synced(slots []uint64) {
 	}
 }
 
+// forget marks the slots of runs as having no blocks (they are being
+// punched), so that the next write into one of them has its own Sync.
+// Call it holding flushMu: a flush in progress could otherwise mark a
+// punched slot allocated when its Sync completes.
+func (t *allocTrack) forget(runs []slotRun) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range runs {
+		for p := r.first; p < r.first+r.n; p++ {
+			if w := int(p / 64); w < len(t.done) {
+				t.done[w] &^= 1 << (p % 64)
+			}
+		}
+	}
+	t.meta.Store(true)
+}
+
 // flushTask is one device's part of a flush.
 type flushTask struct {
 	d   *device
@@ -266,4 +286,51 @@ func (s *Store) prepareSlots(slots []uint64) {
 			s.wrote(d, f, slot, s.unit)
 		}
 	}
+}
+
+// punchFree gives the blocks of every free slot back to the file system
+// on each writable device whose shard file can punch holes (vfs.Puncher),
+// after an idle pass: a store at rest then takes what its stripes in use
+// need. The caller holds commitMu, so no checkpoint can reserve a free
+// slot meanwhile, and nothing else writes or reads one. A failed punch
+// costs only space: it is logged, and that device is left alone until
+// the next trim.
+func (s *Store) punchFree() {
+	runs := s.alloc.freeRuns()
+	if len(runs) == 0 {
+		return
+	}
+	type target struct {
+		d *device
+		f *devFiles
+		p vfs.Puncher
+	}
+	var ts []target
+	for _, d := range s.devs {
+		f := d.files.Load()
+		if !d.writable() || f == nil {
+			continue
+		}
+		if p, ok := f.data.(vfs.Puncher); ok {
+			ts = append(ts, target{d, f, p})
+		}
+	}
+	if len(ts) == 0 {
+		return
+	}
+	s.flushMu.Lock()
+	for _, t := range ts {
+		t.f.alloc.forget(runs)
+	}
+	s.flushMu.Unlock()
+	parallel(len(ts), true, func(i int) {
+		t := ts[i]
+		for _, r := range runs {
+			if err := t.p.Punch(s.slotOffset(r.first), int64(r.n)*s.slotSize); err != nil {
+				s.log.Warn("chunkstore: could not punch free slots", "device", t.d.pos, "err", err)
+				return
+			}
+			s.stats.slotsPunched.Add(int64(r.n))
+		}
+	})
 }

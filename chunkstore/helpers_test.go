@@ -49,6 +49,10 @@ type testDevices struct {
 	mem   []*vfs.MemFS
 	inj   []*vfs.InjectFS
 	hosts []string
+	// direct: the store sees the MemFS devices themselves, which share
+	// flushes and punch holes (vfs.SharedFlush, vfs.Puncher), instead of
+	// the InjectFS wrappers, which do neither.
+	direct bool
 }
 
 func newTestDevices(t testing.TB, n int) *testDevices {
@@ -68,6 +72,9 @@ func (td *testDevices) fs() []vfs.FS {
 	out := make([]vfs.FS, len(td.inj))
 	for i, f := range td.inj {
 		out[i] = f
+		if td.direct {
+			out[i] = td.mem[i]
+		}
 	}
 	return out
 }

@@ -501,6 +501,7 @@ func (s *Store) readSectors(owner uint64, lba uint64, p []byte) error {
 		s.lmu.Unlock()
 		return fmt.Errorf("%w: owner %d is gone", ErrClosed, owner)
 	}
+	s.hostReads++
 	for i := 0; i < nsec; {
 		l, n, mapped := m.find(lba+uint64(i), nsec-i)
 		dst := p[i*SectorSize : (i+n)*SectorSize]

@@ -28,7 +28,7 @@ const DefaultStripeUnit = 64 << 10
 
 // DefaultAutoCommit is how many released slots wait for a commit before
 // the store commits in the background (WithAutoCommit).
-const DefaultAutoCommit = 1024
+const DefaultAutoCommit = 4096
 
 // genReserve: generations are reserved in blocks this large, committed
 // ahead of use, so a crash never lets one be handed out twice.
@@ -47,6 +47,8 @@ type options struct {
 
 	overprov    float64
 	overprovSet bool
+	idleProv    float64       // WithIdleCompaction
+	idleAfter   time.Duration // WithIdleCompaction; 0: never
 }
 
 // WithGeometry sets K+M. Create uses it (default 4+2); Open checks it
@@ -71,7 +73,8 @@ func WithAutoCommit(slots int) Option { return func(o *options) { o.commit = slo
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, commit: DefaultAutoCommit, overprov: DefaultOverProvision}
+	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, commit: DefaultAutoCommit, overprov: DefaultOverProvision,
+		idleProv: DefaultIdleOverProvision, idleAfter: DefaultIdleAfter}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -89,6 +92,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if !(o.overprov >= 0.05 && o.overprov <= 16) {
 		return o, fmt.Errorf("%w: over-provisioning %g: want 0.05 to 16", ErrInvalidOption, o.overprov)
+	}
+	if !(o.idleProv >= 0.05 && o.idleProv <= 16) || o.idleAfter < 0 {
+		return o, fmt.Errorf("%w: idle compaction to %g after %v: want 0.05 to 16, after 0 or more", ErrInvalidOption, o.idleProv, o.idleAfter)
 	}
 	return o, nil
 }
@@ -163,7 +169,10 @@ type Store struct {
 	scratch     []pageRun
 	runPool     [][]sumRun
 	cleaned     int64 // sectors the cleaner moved
+	idleCleaned int64 // of those, sectors moved by idle passes
 	hostSecs    int64 // sectors written by callers
+	hostReads   int64 // reads by callers (the cleaner's idle time is time without either)
+	trimWanted  bool  // an idle pass is done: the next checkpoint trims (commit.go)
 
 	// gate: device reads of mapped data and repairs hold it shared from
 	// before they leave lmu until they are done; freeing slots holds it

@@ -53,6 +53,7 @@ type counters struct {
 	shardChecksum, shardHeader    atomic.Int64
 	shardsRepaired                atomic.Int64
 	autoCommits                   atomic.Int64
+	compactions, slotsPunched     atomic.Int64
 	deviceBytes                   atomic.Int64 // header regions and payloads written
 }
 
@@ -94,6 +95,14 @@ type Stats struct {
 	// DeviceBytes counts what went to the shard files since Open: header
 	// regions, data and parity, the cleaner's moves and repairs.
 	DeviceBytes int64
+	// IdleBytes is the part of CleanerBytes that idle passes moved
+	// (WithIdleCompaction); Compactions counts the idle passes finished,
+	// each with its trimming checkpoint, and SlotsPunched the free slots
+	// those gave back to the file system (a slot counts once per device
+	// set punched, each time).
+	IdleBytes    int64
+	Compactions  int64
+	SlotsPunched int64
 	// WriteAmplification is DeviceBytes / HostBytes (0 before any write);
 	// the metadata replicas' own writes are not in it.
 	WriteAmplification float64
@@ -115,6 +124,8 @@ func (s *Store) Stats() Stats {
 		ShardsRepaired:   c.shardsRepaired.Load(),
 		RepairQueue:      s.repair.len(),
 		AutoCommits:      c.autoCommits.Load(),
+		Compactions:      c.compactions.Load(),
+		SlotsPunched:     c.slotsPunched.Load(),
 		DeviceBytes:      c.deviceBytes.Load(),
 	}
 	s.lmu.Lock()
@@ -134,6 +145,7 @@ func (s *Store) Stats() Stats {
 		st.StripesOpen++
 	}
 	st.CleanerBytes = s.cleaned * SectorSize
+	st.IdleBytes = s.idleCleaned * SectorSize
 	st.HostBytes = s.hostSecs * SectorSize
 	s.lmu.Unlock()
 	if st.HostBytes > 0 {

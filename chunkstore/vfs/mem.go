@@ -134,6 +134,12 @@ func hasBit(bm []uint64, p int64) bool {
 	return w < len(bm) && bm[w]&(1<<(p%64)) != 0
 }
 
+func clearBit(bm []uint64, p int64) {
+	if w := int(p / 64); w < len(bm) {
+		bm[w] &^= 1 << (p % 64)
+	}
+}
+
 // clearFrom clears the bits of pages p and above.
 func clearFrom(bm []uint64, p int64) []uint64 {
 	w := int(p / 64)
@@ -738,6 +744,43 @@ func (h *memHandle) WriteBack() error {
 	defer h.fs.mu.Unlock()
 	if h.f.writeBack() {
 		h.fs.flushing[h.f] = struct{}{}
+	}
+	return nil
+}
+
+// Punch implements Puncher: the range reads as zeros at once, and its
+// pages are no longer allocated; a crash before the next Sync leaves
+// what the range held when last synced.
+func (h *memHandle) Punch(off, n int64) error {
+	if err := h.begin("punch"); err != nil {
+		return err
+	}
+	defer h.fs.mu.Unlock()
+	if !h.writable {
+		return pathErr("punch", h.name, fs.ErrPermission)
+	}
+	if off < 0 || n < 0 {
+		return pathErr("punch", h.name, fs.ErrInvalid)
+	}
+	end := min(off+n, int64(len(h.f.data)))
+	if off >= end {
+		return nil
+	}
+	clear(h.f.data[off:end])
+	h.f.markDirty(off, end)
+	// Whole pages lose their blocks; a partial page at either end is
+	// zeroed in place, as a write of zeros.
+	lo, hi := (off+memPage-1)/memPage, end/memPage
+	if off%memPage != 0 {
+		setBits(&h.f.written, off/memPage, off/memPage+1)
+	}
+	if end%memPage != 0 {
+		setBits(&h.f.written, end/memPage, end/memPage+1)
+	}
+	for p := lo; p < hi; p++ {
+		clearBit(h.f.alloc, p)
+		clearBit(h.f.written, p)
+		delete(h.f.ondev, p)
 	}
 	return nil
 }

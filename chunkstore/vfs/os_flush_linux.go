@@ -7,7 +7,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var _ SharedFlush = osFile{}
+var (
+	_ SharedFlush = osFile{}
+	_ Puncher     = osFile{}
+)
 
 // File systems whose overwrites of allocated blocks need no metadata
 // (statfs f_type).
@@ -70,5 +73,19 @@ func (f osFile) Allocated(fn func(off, n int64)) error {
 			fn(lo, hi-lo)
 		}
 		off = hi
+	}
+}
+
+// Punch implements Puncher with fallocate(2).
+func (f osFile) Punch(off, n int64) error {
+	const mode = unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE
+	for {
+		err := unix.Fallocate(int(f.f.Fd()), mode, off, n)
+		if err != unix.EINTR {
+			if err != nil {
+				return &os.PathError{Op: "fallocate", Path: f.f.Name(), Err: err}
+			}
+			return nil
+		}
 	}
 }

@@ -99,6 +99,16 @@ type SharedFlush interface {
 	Allocated(fn func(off, n int64)) error
 }
 
+// Puncher is implemented by Files that can give up the blocks under a
+// byte range (fallocate(2) with FALLOC_FL_PUNCH_HOLE|FALLOC_FL_KEEP_SIZE on
+// Linux): the range then reads as zeros and takes no space, and the size
+// does not change. Like a write, a punch is durable after the next Sync;
+// a crash before it may leave the old bytes. The range's blocks are no
+// longer allocated (SharedFlush): a write there needs its own Sync again.
+type Puncher interface {
+	Punch(off, n int64) error
+}
+
 // Op names one kind of operation, for error injection and counting.
 type Op uint8
 

@@ -385,3 +385,44 @@ func TestOSSharedFlush(t *testing.T) {
 	assert.LessOrEqual(t, last[0], int64(1<<20))
 	assert.GreaterOrEqual(t, last[0]+last[1], int64(1<<20+4096))
 }
+
+// TestPunch: on MemFS and on the host, a punched range reads as zeros and
+// is no longer allocated; the bytes around it are kept. On MemFS a crash
+// before the next Sync leaves what was synced.
+func TestPunch(t *testing.T) {
+	page := func(c byte) []byte { return bytes.Repeat([]byte{c}, 4096) }
+	for name, fsys := range map[string]vfs.FS{"mem": vfs.NewMem(), "os": vfs.NewOS(t.TempDir())} {
+		t.Run(name, func(t *testing.T) {
+			f, err := fsys.OpenFile("f", os.O_RDWR|os.O_CREATE)
+			require.NoError(t, err)
+			defer f.Close()
+			_, err = f.WriteAtv([][]byte{page('a'), page('b'), page('c')}, 0)
+			require.NoError(t, err)
+			require.NoError(t, f.Sync())
+			require.NoError(t, f.(vfs.Puncher).Punch(4096, 4096))
+			got := make([]byte, 3*4096)
+			_, err = f.ReadAt(got, 0)
+			require.NoError(t, err)
+			assert.Equal(t, bytes.Join([][]byte{page('a'), make([]byte, 4096), page('c')}, nil), got)
+			st, err := f.Stat()
+			require.NoError(t, err)
+			assert.EqualValues(t, 3*4096, st.Size(), "the size is kept")
+			var ranges [][2]int64
+			require.NoError(t, f.(vfs.SharedFlush).Allocated(func(off, n int64) { ranges = append(ranges, [2]int64{off, n}) }))
+			for _, r := range ranges {
+				assert.False(t, r[0] < 2*4096 && r[0]+r[1] > 4096, "punched page still allocated: %v", ranges)
+			}
+		})
+	}
+	m := vfs.NewMem()
+	f, err := m.OpenFile("f", os.O_RDWR|os.O_CREATE)
+	require.NoError(t, err)
+	require.NoError(t, m.SyncDir("."))
+	_, err = f.WriteAt(page('a'), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.(vfs.Puncher).Punch(0, 4096))
+	got, err := vfs.ReadFile(m.Crash(), "f")
+	require.NoError(t, err)
+	assert.Equal(t, page('a'), got, "a punch is durable only after a Sync")
+}
