@@ -43,7 +43,9 @@
 # SIZE_MIB of each namespace (1024), SPACE_BS block size of the space
 # passes (64k: three passes of 4 KiB writes over 1 GiB are 786,432
 # writes, over ten minutes at today's rate), EC geometry (4+2),
-# ECWRITE_DIR the directory on the disk under test (/var/tmp), BENCH_OUT.
+# ECWRITE_DIR the directory on the disk under test (/var/tmp), CASES the
+# cases to run (all: "seqwrite randwrite randread fua write-amp space"),
+# BENCH_OUT.
 # Needs fio, nbdsh (python3-libnbd), python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +57,8 @@ space_bs="${SPACE_BS:-64k}"
 geometry="${EC:-4+2}"
 dir="${ECWRITE_DIR:-/var/tmp}"
 bench_out="${BENCH_OUT:-}"
+cases=" ${CASES:-seqwrite randwrite randread fua write-amp space} "
+want() { [[ "$cases" == *" $1 "* ]]; }
 [ "$count" -ge 3 ] || { echo "ecwritebench: COUNT must be at least 3" >&2; exit 2; }
 k="${geometry%+*}"
 m="${geometry#*+}"
@@ -294,26 +298,43 @@ write_amp() {
 	echo "BenchmarkECWrite/write-amp/capsule-ec 1 $wa write-amp $wca wchar-amp $wb_mb target-MB $fio_mb fio-MB $iops IOPS $cpu_t cpu-µs/IO $cpu_tg target-µs/IO $cpu_b bridge-µs/IO" >>"$results"
 }
 
+# store_stat FIELD prints a field of the ec store's counters (the target's
+# store_get_status over its admin socket).
+store_stat() {
+	bin/target rpc --socket "$data/capsule.sock" store_get_status |
+		python3 -c 'import json, sys; print(json.load(sys.stdin)["stats"][sys.argv[1]])' "$1"
+}
+
 # space: three random passes of SPACE_BS writes over the whole ec volume
-# (fio's random map: each pass writes every block once), a flush, and up
-# to 30 s for the allocation to settle; then the shard files' allocated
-# bytes over what the live data (the whole volume: it was filled) takes
-# at K+M over K.
+# (fio's random map: each pass writes every block once), a flush, then
+# the store's idle pass (chunkstore.WithIdleCompaction: 3 s after the last
+# I/O it compacts to 1.1 × the live data and punches the free slots; up to
+# 120 s) and up to 30 s more for the allocation to settle; then the shard
+# files' allocated bytes over what the live data (the whole volume: it
+# was filled) takes at K+M over K. The line also has what the idle pass
+# moved and how long it took to start and end.
 space() {
-	local r bw a waited
+	local r bw a waited c0 i0 idle=0
+	c0="$(store_stat compactions)" i0="$(store_stat idle_bytes)"
 	r="$(fio_json "$work/fio.json" --name=space --ioengine=nbd --uri="${uri[capsule-ec]}" --size="${size_mib}m" \
 		--loops=3 --randrepeat=0 --rw=randwrite --bs="$space_bs" --iodepth=32)"
 	flush "${uri[capsule-ec]}"
-	local s1
+	while [ "$(store_stat compactions)" = "$c0" ] && [ "$idle" -lt 120 ]; do
+		sleep 1
+		idle=$((idle + 1))
+	done
+	local s1 moved
+	moved="$(awk -v a="$(store_stat idle_bytes)" -v b="$i0" 'BEGIN { printf "%.0f", (a - b) / 1e6 }')"
 	s1="$(settle alloc)"
 	read -r a waited <<<"$s1"
+	waited="$waited s after an idle pass of ${idle} s that moved $moved MB"
 	bw="$(echo "$r" | cut -d' ' -f2)"
 	local line ratio alloc_mb live_mb
 	line="$(awk -v a="$a" -v s="$size_bytes" -v k="$k" -v m="$m" 'BEGIN { live = s * (k + m) / k; printf "%.3f %.0f %.0f", a / live, a / 1e6, live / 1e6 }')"
 	read -r ratio alloc_mb live_mb <<<"$line"
-	printf '   %-15s %-13s %s (%s MB allocated for %s MB of live data at %s; 3 passes of %s at %.0f MB/s), settled in %ss\n' \
+	printf '   %-15s %-13s %s (%s MB allocated for %s MB of live data at %s; 3 passes of %s at %.0f MB/s), settled in %s\n' \
 		space capsule-ec "$ratio" "$alloc_mb" "$live_mb" "$geometry" "$space_bs" "$(awk -v b="$bw" 'BEGIN { print b / 1e6 }')" "$waited"
-	echo "BenchmarkECWrite/space/capsule-ec 1 $ratio space-amp $alloc_mb alloc-MB $live_mb live-MB" >>"$results"
+	echo "BenchmarkECWrite/space/capsule-ec 1 $ratio space-amp $alloc_mb alloc-MB $live_mb live-MB $moved idle-moved-MB $idle idle-s" >>"$results"
 }
 
 echo "== R7′: the ec write path through the NBD bridge over shm, ec:${size_mib}MiB ($geometry) beside file:${size_mib}MiB on $source ($fstype, $dir); $count repetitions, ${runtime}s each, write amplification ${runtime_wa}s"
@@ -328,17 +349,22 @@ fio --name=layout --filename="$plain" --size="${size_mib}m" --rw=write --bs=1m -
 for rep in $(seq "$count"); do
 	echo "-- repetition $rep of $count"
 	for p in capsule-ec capsule-file; do
+		want seqwrite || break
 		record seqwrite-1MiB "$p" "$(bridge_run "$p" 1 --rw=write --bs=1m --iodepth=8 --runtime="$runtime")"
 	done
 	for p in capsule-ec capsule-file; do
+		want randwrite || break
 		record randwrite-4KiB "$p" "$(bridge_run "$p" 1 --rw=randwrite --bs=4k --iodepth=32 --norandommap --runtime="$runtime")"
 	done
 	for p in capsule-ec capsule-file; do
+		want randread || break
 		record randread-4KiB "$p" "$(bridge_run "$p" 0 --rw=randread --bs=4k --iodepth=32 --norandommap --runtime="$runtime")"
 	done
-	for p in capsule-ec capsule-file plain-file; do fua "$p"; done
-	write_amp
-	space
+	if want fua; then
+		for p in capsule-ec capsule-file plain-file; do fua "$p"; done
+	fi
+	if want write-amp; then write_amp; fi
+	if want space; then space; fi
 done
 
 if [ -z "$bench_out" ]; then
