@@ -60,6 +60,11 @@ type DeviceInfo struct {
 	ID    uuid.UUID // zero when the device has no identity
 	State DeviceState
 	Err   error // why it is missing or failed
+	// I/O since Open: read and write calls (a vectored call counts
+	// once), those that failed, and the bytes they moved (header regions
+	// included).
+	Reads, Writes, Errors int64
+	ReadBytes, WriteBytes int64
 }
 
 // device is one position of the store.
@@ -76,7 +81,8 @@ type device struct {
 	mu  sync.Mutex
 	err error
 
-	reads, writes, errs atomic.Int64
+	reads, writes, errs   atomic.Int64
+	readBytes, writeBytes atomic.Int64
 	// unsynced: the shard file was written since its last fsync (a flush
 	// syncs only such devices).
 	unsynced atomic.Bool

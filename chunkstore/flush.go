@@ -277,6 +277,7 @@ func (s *Store) prepareSlots(slots []uint64) {
 			d.writes.Add(1)
 			n, err := f.data.WriteAt(zero, s.slotOffset(slot))
 			s.stats.deviceBytes.Add(int64(n))
+			d.writeBytes.Add(int64(n))
 			if err != nil {
 				// Only a preparation: the stripes written here later
 				// meet the error themselves.

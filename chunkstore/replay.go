@@ -15,8 +15,10 @@ func (s *Store) readHeader(slot uint64, i int, runs []sumRun) (shardHeader, []su
 	defer s.bufs.putHdr(h)
 	d.reads.Add(1)
 	if err := vfs.ReadFull(f.data, h.b[:], s.slotOffset(slot)); err != nil {
+		d.errs.Add(1)
 		return shardHeader{}, runs, &shardError{fault: faultIO, dev: pos, err: err}
 	}
+	d.readBytes.Add(int64(len(h.b)))
 	hdr, err := decodeShardHeader(h.b[:], nil)
 	if err != nil {
 		return hdr, runs, &shardError{fault: faultHeader, dev: pos, err: err}

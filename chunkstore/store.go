@@ -846,7 +846,9 @@ type Info struct {
 func (s *Store) Info() Info {
 	in := Info{ID: s.id, Geometry: s.geo, StripeUnit: s.unit, SIMD: SIMD()}
 	for _, d := range s.devs {
-		di := DeviceInfo{Pos: d.pos, Name: d.name(), State: d.getState(), Err: d.getErr()}
+		di := DeviceInfo{Pos: d.pos, Name: d.name(), State: d.getState(), Err: d.getErr(),
+			Reads: d.reads.Load(), Writes: d.writes.Load(), Errors: d.errs.Load(),
+			ReadBytes: d.readBytes.Load(), WriteBytes: d.writeBytes.Load()}
 		if f := d.files.Load(); f != nil {
 			di.ID = f.id.Device
 		}

@@ -339,6 +339,7 @@ func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, sh
 		d.writes.Add(1)
 		n, err := f.data.WriteAtv(iov, s.slotOffset(writes[first].slot))
 		s.stats.deviceBytes.Add(int64(n))
+		d.writeBytes.Add(int64(n))
 		for _, w := range writes[first : first+len(iov)/2] {
 			s.wrote(d, f, w.slot, len(shards[w.stripe][w.shard]))
 		}
@@ -402,6 +403,7 @@ func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, pa
 	d.writes.Add(1)
 	n, err := f.data.WriteAtv([][]byte{h.b[:], payload}, s.slotOffset(slot))
 	s.stats.deviceBytes.Add(int64(n))
+	d.writeBytes.Add(int64(n))
 	s.wrote(d, f, slot, len(payload))
 	if err != nil {
 		d.errs.Add(1)
@@ -431,10 +433,14 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 	if a == 0 {
 		// Header region and payload are contiguous: one preadv.
 		h.iov[0], h.iov[1] = h.b[:], dst
-		_, rerr = f.data.ReadAtv(h.iov[:], off)
+		var n int
+		n, rerr = f.data.ReadAtv(h.iov[:], off)
+		d.readBytes.Add(int64(n))
 		h.iov[1] = nil // the pool must not keep the caller's buffer
 	} else {
-		rerr = vfs.ReadFull(f.data, h.b[:hn], off)
+		if rerr = vfs.ReadFull(f.data, h.b[:hn], off); rerr == nil {
+			d.readBytes.Add(int64(hn))
+		}
 	}
 	if rerr != nil {
 		d.errs.Add(1)
@@ -455,6 +461,7 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 			d.errs.Add(1)
 			return &shardError{fault: faultIO, dev: pos, err: err}
 		}
+		d.readBytes.Add(int64(len(dst)))
 	}
 	for sec := a / SectorSize; sec*SectorSize < b; sec++ {
 		lo := sec*SectorSize - a

@@ -51,6 +51,9 @@
 //	capsule_device_state{device,path,state}             gauge      1 for the device's state (healthy, rebuilding, missing, failed), 0 for the others
 //	capsule_device_capacity_bytes{device,path}          gauge      size of the file system under the device's directory
 //	capsule_device_free_bytes{device,path}              gauge      its free bytes
+//	capsule_device_ops_total{device,path,op}            counter    read and write calls to the device's shard file
+//	capsule_device_errors_total{device,path}            counter    those that failed
+//	capsule_device_bytes_total{device,path,op}          counter    bytes they read and wrote
 //	capsule_store_degraded{geometry}                    gauge      1 when any device is not healthy
 //	capsule_store_stripes_written_total                 counter
 //	capsule_store_stripes_read_total                    counter
@@ -69,6 +72,9 @@
 //	capsule_store_host_bytes_total                      counter    data written by callers
 //	capsule_store_device_bytes_total                    counter    bytes written to the shard files
 //	capsule_store_write_amplification                   gauge      device bytes per host byte since Open
+//	capsule_store_idle_cleaner_bytes_total              counter    data the cleaner's idle passes moved
+//	capsule_store_compactions_total                     counter    idle passes finished (each with a trimming checkpoint)
+//	capsule_store_slots_punched_total                   counter    free slots given back to the file system, per device
 //	capsule_scrub_running                               gauge      1 while a full pass runs
 //	capsule_scrub_passes_total                          counter    full passes finished
 //	capsule_scrub_pass_stripes, capsule_scrub_pass_stripes_done gauge  scrub progress: of the running pass, stripes in all and checked

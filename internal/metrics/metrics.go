@@ -86,6 +86,7 @@ type collector struct {
 	controllers, ctrlConnections, ctrlConnects, ctrlReconnects, ctrlKeepAlive desc
 
 	devState, devCapacity, devFree desc
+	devOps, devErrors, devBytes    desc
 
 	storeDegraded, storeStripesWritten, storeStripesRead, storeDegradedWrites desc
 	storeReconstructions, storeReadFailures, storeShardFaults                 desc
@@ -93,6 +94,7 @@ type collector struct {
 	storeAutoCommits, storeLive, storeDead, storeSlotsUsed                    desc
 	storeSlotsFree, storeStripesOpen, storeCleanerBytes, storeHostBytes       desc
 	storeDeviceBytes, storeWriteAmp                                           desc
+	storeIdleBytes, storeCompactions, storeSlotsPunched                       desc
 
 	scrubRunning, scrubPasses, scrubPassStripes, scrubPassDone, scrubLastPass desc
 	scrubChecked, scrubDamaged, scrubRepaired, scrubUnrecoverable             desc
@@ -126,6 +128,9 @@ func newCollector(src Sources) *collector {
 		devState:    newDesc(G, "device_state", "1 for the state the store's device is in, 0 for the others.", "device", "path", "state"),
 		devCapacity: newDesc(G, "device_capacity_bytes", "Size of the file system that holds the device's directory.", "device", "path"),
 		devFree:     newDesc(G, "device_free_bytes", "Free bytes of the file system that holds the device's directory.", "device", "path"),
+		devOps:      newDesc(C, "device_ops_total", "Read and write calls to the device's shard file since the store was opened.", "device", "path", "op"),
+		devErrors:   newDesc(C, "device_errors_total", "Those calls that failed.", "device", "path"),
+		devBytes:    newDesc(C, "device_bytes_total", "Bytes read from and written to the device's shard file since the store was opened.", "device", "path", "op"),
 
 		storeDegraded:        newDesc(G, "store_degraded", "1 when a device of the erasure-coded store is not healthy.", "geometry"),
 		storeStripesWritten:  newDesc(C, "store_stripes_written_total", "Stripes written since the store was opened."),
@@ -147,6 +152,9 @@ func newCollector(src Sources) *collector {
 		storeHostBytes:       newDesc(C, "store_host_bytes_total", "Data written by callers since the store was opened."),
 		storeDeviceBytes:     newDesc(C, "store_device_bytes_total", "Bytes written to the shard files since the store was opened."),
 		storeWriteAmp:        newDesc(G, "store_write_amplification", "Device bytes written per host byte since the store was opened (0 before any write)."),
+		storeIdleBytes:       newDesc(C, "store_idle_cleaner_bytes_total", "Data the cleaner's idle passes moved (part of store_cleaner_bytes_total)."),
+		storeCompactions:     newDesc(C, "store_compactions_total", "Idle passes finished, each with its trimming checkpoint."),
+		storeSlotsPunched:    newDesc(C, "store_slots_punched_total", "Free slots whose blocks trimming checkpoints gave back to the file system, counted per device."),
 
 		scrubRunning:        newDesc(G, "scrub_running", "1 while a full background scrub pass runs."),
 		scrubPasses:         newDesc(C, "scrub_passes_total", "Full background scrub passes finished."),
@@ -174,13 +182,13 @@ func (c *collector) descs() []desc {
 		c.nsOps, c.nsErrors, c.nsBytes, c.nsLatency, c.nsSize,
 		c.queueDepth, c.queueEntries,
 		c.controllers, c.ctrlConnections, c.ctrlConnects, c.ctrlReconnects, c.ctrlKeepAlive,
-		c.devState, c.devCapacity, c.devFree,
+		c.devState, c.devCapacity, c.devFree, c.devOps, c.devErrors, c.devBytes,
 		c.storeDegraded, c.storeStripesWritten, c.storeStripesRead, c.storeDegradedWrites,
 		c.storeReconstructions, c.storeReadFailures, c.storeShardFaults,
 		c.storeCorruptShards, c.storeShardsRepaired, c.storeRepairQueue,
 		c.storeAutoCommits, c.storeLive, c.storeDead, c.storeSlotsUsed,
 		c.storeSlotsFree, c.storeStripesOpen, c.storeCleanerBytes, c.storeHostBytes,
-		c.storeDeviceBytes, c.storeWriteAmp,
+		c.storeDeviceBytes, c.storeWriteAmp, c.storeIdleBytes, c.storeCompactions, c.storeSlotsPunched,
 		c.scrubRunning, c.scrubPasses, c.scrubPassStripes, c.scrubPassDone, c.scrubLastPass,
 		c.scrubChecked, c.scrubDamaged, c.scrubRepaired, c.scrubUnrecoverable,
 		c.scrubShardsRepaired, c.scrubBytes,
@@ -278,6 +286,11 @@ func (c *collector) collectStore(s *chunkstore.Store, emit emitFunc) {
 			chunkstore.DeviceMissing, chunkstore.DeviceFailed} {
 			emit(c.devState, boolValue(d.State == state), dev, d.Name, state.String())
 		}
+		emit(c.devOps, float64(d.Reads), dev, d.Name, "read")
+		emit(c.devOps, float64(d.Writes), dev, d.Name, "write")
+		emit(c.devErrors, float64(d.Errors), dev, d.Name)
+		emit(c.devBytes, float64(d.ReadBytes), dev, d.Name, "read")
+		emit(c.devBytes, float64(d.WriteBytes), dev, d.Name, "write")
 		if total, free := admin.DiskSpace(d.Name); total > 0 {
 			emit(c.devCapacity, float64(total), dev, d.Name)
 			emit(c.devFree, float64(free), dev, d.Name)
@@ -307,6 +320,9 @@ func (c *collector) collectStore(s *chunkstore.Store, emit emitFunc) {
 	emit(c.storeHostBytes, float64(st.HostBytes))
 	emit(c.storeDeviceBytes, float64(st.DeviceBytes))
 	emit(c.storeWriteAmp, st.WriteAmplification)
+	emit(c.storeIdleBytes, float64(st.IdleBytes))
+	emit(c.storeCompactions, float64(st.Compactions))
+	emit(c.storeSlotsPunched, float64(st.SlotsPunched))
 }
 
 func (c *collector) collectScrub(st *ScrubStats, emit emitFunc) {

@@ -115,6 +115,12 @@ func value(t *testing.T, fams []*dto.MetricFamily, name string, labels map[strin
 func TestMetrics(t *testing.T) {
 	f := newFixture(t)
 	f.io(t)
+	// The store's own I/O: a FUA write to a volume writes a stripe, a
+	// shard on every device.
+	v, err := f.store.CreateVolume("metrics", 1<<20)
+	require.NoError(t, err)
+	_, err = v.WriteAtFlags(make([]byte, 4096), 0, chunkstore.FUA)
+	require.NoError(t, err)
 	fams, err := f.reg.Gather()
 	require.NoError(t, err)
 	for _, fam := range fams {
@@ -148,6 +154,10 @@ func TestMetrics(t *testing.T) {
 	assert.Equal(t, 1.0, value(t, fams, "capsule_device_state", map[string]string{"device": "0", "state": "healthy"}).GetGauge().GetValue())
 	assert.Equal(t, 0.0, value(t, fams, "capsule_device_state", map[string]string{"device": "0", "state": "failed"}).GetGauge().GetValue())
 	assert.Equal(t, 0.0, value(t, fams, "capsule_store_degraded", nil).GetGauge().GetValue())
+	assert.Positive(t, value(t, fams, "capsule_device_ops_total", map[string]string{"device": "0", "op": "write"}).GetCounter().GetValue())
+	assert.Positive(t, value(t, fams, "capsule_device_bytes_total", map[string]string{"device": "0", "op": "write"}).GetCounter().GetValue())
+	assert.Equal(t, 0.0, value(t, fams, "capsule_device_errors_total", map[string]string{"device": "0"}).GetCounter().GetValue())
+	value(t, fams, "capsule_store_compactions_total", nil)
 	value(t, fams, "capsule_store_reconstructions_total", nil)
 	value(t, fams, "capsule_store_cleaner_bytes_total", nil)
 	assert.Equal(t, 2.0, value(t, fams, "capsule_scrub_passes_total", nil).GetCounter().GetValue())
