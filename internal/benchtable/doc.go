@@ -12,6 +12,12 @@
 //     TCP round trip's, and shm's p50 alone, each against 15 µs.
 //   - R5: fio's nbd engine through the NBD bridge against nbdkit's memory
 //     plugin.
+//   - R5′: fio with capsule's in-process ioengine (bin/fio-capsule.so) on
+//     the memory namespace over shm and iwarp against the same nbdkit run
+//     (the bar over shm: 4 KiB random reads and writes at QD32, 1 MiB
+//     sequential reads at QD8), and the CPU per I/O of fio and of the
+//     server (target, target and bridge, or nbdkit) as multiples of
+//     nbdkit's run, without a bar.
 //   - R6: fio through the FUSE mount against the null go-fuse file system
 //     (the bar on shm's 4 KiB random and 1 MiB sequential reads; writes,
 //     buffered reads, iwarp and the Go client alone without one), and
@@ -36,7 +42,7 @@
 //
 // The scripts write what fio and the metadata workload measure as
 // benchmark lines of their own: scripts/bench.sh "BenchmarkBlock/CASE/PATH
-// 1 N IOPS M MB/s" and "BenchmarkR3Baseline/fio-psync-tmpfs 1 N IOPS",
+// 1 N IOPS M MB/s F fio-µs/IO T target-µs/IO" and "BenchmarkR3Baseline/fio-psync-tmpfs 1 N IOPS",
 // scripts/fusebench.sh "BenchmarkFUSE/CASE/MOUNT 1 N IOPS M MB/s" and
 // "BenchmarkFUSEMeta/OP/MOUNT 1 N ops/s", scripts/ecwritebench.sh
 // "BenchmarkECWrite/CASE/PATH 1 N IOPS M MB/s C cpu-µs/IO ...",

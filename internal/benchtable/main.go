@@ -104,6 +104,15 @@ var (
 	blockPaths = []string{"capsule-shm-mem", "capsule-iwarp-mem", "capsule-shm-ec", "capsule-iwarp-ec"}
 	// r5Cases carry bar R5.
 	r5Cases = map[string]bool{"randread-4KiB": true, "seqread-1MiB": true}
+	// enginePaths are fio with capsule's in-process ioengine
+	// (bin/fio-capsule.so) on the memory namespace: R5′, one hop against
+	// nbdkit's one hop. r5pBars are its bars over shm (goal 1.2).
+	enginePaths = []string{"engine-shm-mem", "engine-iwarp-mem"}
+	r5pBars     = map[string]float64{"randread-4KiB": 0.8, "randwrite-4KiB": 0.8, "seqread-1MiB": 0.9}
+	// cpuPaths report CPU per I/O of fio and of the server (the target,
+	// the target and the bridge, or nbdkit) beside nbdkit's, for the R5′
+	// cases.
+	cpuPaths = []string{"engine-shm-mem", "engine-iwarp-mem", "capsule-shm-mem"}
 )
 
 // FUSE cases and mounts of scripts/fusebench.sh, each against the null
@@ -181,6 +190,29 @@ func comparisons() []comparison {
 				cmp.bar, cmp.id = 0.60, "R5"
 			}
 			cs = append(cs, cmp)
+		}
+	}
+	// R5′: fio with the capsule engine against fio's nbd engine on
+	// nbdkit memory, and the CPU each side spends per I/O.
+	for _, c := range blockCases {
+		for _, p := range enginePaths {
+			cmp := comparison{name: "Block/" + c + "/" + p, base: "Block/" + c + "/nbdkit-memory", unit: "IOPS"}
+			if bar, ok := r5pBars[c]; ok && p == "engine-shm-mem" {
+				cmp.bar, cmp.goal, cmp.id = bar, 1.2, "R5′"
+			}
+			cs = append(cs, cmp)
+		}
+	}
+	for _, c := range blockCases {
+		if _, ok := r5pBars[c]; !ok {
+			continue
+		}
+		for _, p := range cpuPaths {
+			for _, side := range []string{"fio", "target"} {
+				name, base, unit := "Block/"+c+"/"+p, "Block/"+c+"/nbdkit-memory", side+"-µs/IO"
+				cs = append(cs, comparison{name: name, label: name + "/" + side + "-cpu", base: base, baseLabel: base + "/" + side + "-cpu",
+					unit: unit, cost: true, decimals: 1})
+			}
 		}
 	}
 	// R6: fio through the FUSE mount against the null go-fuse file system.

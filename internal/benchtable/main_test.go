@@ -93,6 +93,24 @@ func TestRenderBlock(t *testing.T) {
 	}
 }
 
+// engineSample is what scripts/bench.sh writes for fio with the capsule
+// engine beside nbdkit, with CPU per I/O.
+const engineSample = `BenchmarkBlock/randread-4KiB/nbdkit-memory 1 100000 IOPS 409.6 MB/s 8.0 fio-µs/IO 6.0 target-µs/IO
+BenchmarkBlock/randread-4KiB/engine-shm-mem 1 90000 IOPS 368.6 MB/s 6.0 fio-µs/IO 9.0 target-µs/IO
+BenchmarkBlock/randread-4KiB/engine-iwarp-mem 1 50000 IOPS 204.8 MB/s 12.0 fio-µs/IO 12.0 target-µs/IO
+BenchmarkBlock/seqread-1MiB/nbdkit-memory 1 2000 IOPS 2097 MB/s 300.0 fio-µs/IO 200.0 target-µs/IO
+BenchmarkBlock/seqread-1MiB/engine-shm-mem 1 1700 IOPS 1782 MB/s 250.0 fio-µs/IO 150.0 target-µs/IO
+`
+
+func TestRenderEngine(t *testing.T) {
+	lines := renderLines(t, engineSample)
+	require.Regexp(t, `0\.90\s+R5′ >= 0\.80 ok \(goal 1\.20\)`, lines["Block/randread-4KiB/engine-shm-mem"])
+	require.Regexp(t, `0\.85\s+R5′ >= 0\.90 BELOW \(goal 1\.20\)`, lines["Block/seqread-1MiB/engine-shm-mem"])
+	require.Regexp(t, `0\.50\s+-$`, lines["Block/randread-4KiB/engine-iwarp-mem"], "no bar over iwarp")
+	require.Regexp(t, `6\.0 fio-µs/IO\s+Block/randread-4KiB/nbdkit-memory/fio-cpu\s+8\.0 fio-µs/IO\s+0\.75×`, lines["Block/randread-4KiB/engine-shm-mem/fio-cpu"])
+	require.Regexp(t, `9\.0 target-µs/IO\s+Block/randread-4KiB/nbdkit-memory/target-cpu\s+6\.0 target-µs/IO\s+1\.50×`, lines["Block/randread-4KiB/engine-shm-mem/target-cpu"])
+}
+
 // r4Sample is BenchmarkR4 with -count 3: p50 latencies in ns.
 const r4Sample = `BenchmarkR4-2   	       3	 110000000 ns/op	     17900 tcp-p50-ns	     29800 iwarp-p50-ns	      6200 shm-p50-ns	     11900 iwarp-added-ns	       0 B/op	       0 allocs/op
 BenchmarkR4-2   	       3	 110000000 ns/op	     18000 tcp-p50-ns	     34000 iwarp-p50-ns	     16000 shm-p50-ns	     16000 iwarp-added-ns	       0 B/op	       0 allocs/op
