@@ -9,6 +9,10 @@
 #   R5      bin/mount --nbd    fio's nbd engine through the bridge, over shm:// and iwarp://,
 #                              on a memory and an erasure-coded namespace, each case beside
 #                              fio on `nbdkit memory` run the same way
+#   R5′     bin/fio-capsule.so fio with capsule's in-process ioengine on the memory namespace
+#                              over shm:// and iwarp://, one hop, beside the same nbdkit runs;
+#                              every block case reports the CPU per I/O of fio and of the
+#                              server (target, target+bridge, or nbdkit)
 #   R6      bin/mount          fio through the FUSE mount over shm:// and iwarp://, beside
 #                              the null go-fuse file system, and metadata rates beside
 #                              go-fuse's loopback of tmpfs (scripts/fusebench.sh)
@@ -22,7 +26,7 @@
 # COUNT sets the repetitions of the RDMA transfer benchmarks, REPS those of
 # every fio case and of the other Go benchmarks (at least 3; the table
 # shows medians), RUNTIME the seconds of each fio run. ONLY=block runs the
-# R5 fio part (and R3's fio baseline) alone, ONLY=fuse the R6 part alone,
+# R5′ and R5 fio part (and R3's fio baseline) alone, ONLY=fuse the R6 part alone,
 # ONLY=ecwrite the R7′ part alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,39 +59,72 @@ waitline() {
 	echo "bench: no '$2' in $1:" >&2; cat "$1" >&2; exit 1
 }
 
-# fio_case NAME PATH URI: one fio run of case NAME; prints progress and
-# appends a Go-benchmark-style line (IOPS and MB/s) to the results.
+# ticks PID...: the CPU time (utime+stime, clock ticks) of the PIDs so far,
+# summed (fields 14 and 15 of /proc/PID/stat, counted after the
+# parenthesised command name).
+ticks() {
+	local p t=0
+	for p in "$@"; do t=$((t + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}'))); done
+	echo "$t"
+}
+hz="$(getconf CLK_TCK)"
+
+# fio_case NAME PATH URI SERVER-PID...: one fio run of case NAME, with
+# fio's nbd engine, or with capsule's engine for an engine-* PATH (URI a
+# capsule URL then); prints progress and appends a Go-benchmark-style
+# line (IOPS, MB/s, and CPU per I/O of fio and of the server processes)
+# to the results. fio runs in a subshell that reads its own children's
+# CPU (cutime+cstime) once fio has exited; CPU per I/O counts the ramp's
+# I/Os too (IOPS times ramp plus runtime) and fio's connection setup.
 fio_case() {
 	local name="$1" path="$2" uri="$3" rw bs qd field
+	shift 3
 	case "$name" in
 	randread-4KiB) rw=randread bs=4k qd=32 field=8 ;;
 	randwrite-4KiB) rw=randwrite bs=4k qd=32 field=49 ;;
 	seqread-1MiB) rw=read bs=1m qd=8 field=8 ;;
 	seqwrite-1MiB) rw=write bs=1m qd=8 field=49 ;;
 	esac
-	local line iops kib
-	line="$(fio --name=bench --ioengine=nbd --uri="$uri" --rw="$rw" --bs="$bs" --iodepth="$qd" \
+	local engine=(--ioengine=nbd --uri="$uri")
+	case "$path" in engine-*) engine=(--ioengine=external:bin/fio-capsule.so --thread=1 --uri="$uri") ;; esac
+	local line iops kib t0 t1 fticks ios mbs fcpu tcpu
+	t0="$(ticks "$@")"
+	fticks="$( (fio --name=bench "${engine[@]}" --rw="$rw" --bs="$bs" --iodepth="$qd" \
 		--numjobs=1 --size=512m --time_based --runtime="$runtime" --ramp_time=1 --norandommap \
-		--randrepeat=0 --group_reporting --output-format=terse --terse-version=3 | grep "^3;")"
+		--randrepeat=0 --group_reporting --output-format=terse --terse-version=3 >"$work/fio.out"
+		read -r st <"/proc/$BASHPID/stat" # a builtin: this subshell's own stat, fio waited for
+		echo "${st##*) }" | awk '{print $14 + $15}'))"
+	t1="$(ticks "$@")"
+	line="$(grep "^3;" "$work/fio.out")"
 	iops="$(echo "$line" | cut -d';' -f"$field")"
 	kib="$(echo "$line" | cut -d';' -f"$((field - 1))")"
-	printf '   %-15s %-12s %10.0f IOPS %8.0f MB/s\n' "$name" "$path" "$iops" "$(echo "$kib" | awk '{print $1*1024/1e6}')"
-	echo "BenchmarkBlock/$name/$path 1 $iops IOPS $(echo "$kib" | awk '{print $1*1024/1e6}') MB/s" >>"$out"
+	mbs="$(echo "$kib" | awk '{printf "%.1f", $1*1024/1e6}')"
+	ios="$(awk -v i="$iops" -v r="$runtime" 'BEGIN { print i * (r + 1) }')"
+	fcpu="$(awk -v t="$fticks" -v hz="$hz" -v n="$ios" 'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }')"
+	tcpu="$(awk -v t="$((t1 - t0))" -v hz="$hz" -v n="$ios" 'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / hz / n : 0) }')"
+	printf '   %-15s %-17s %10.0f IOPS %8.0f MB/s   cpu µs/IO: fio %6.1f, server %6.1f\n' "$name" "$path" "$iops" "$mbs" "$fcpu" "$tcpu"
+	echo "BenchmarkBlock/$name/$path 1 $iops IOPS $mbs MB/s $fcpu fio-µs/IO $tcpu target-µs/IO" >>"$out"
 }
 
 block() {
 	for tool in fio nbdkit nbdinfo python3; do
 		command -v "$tool" >/dev/null || { echo "bench: $tool is missing (make deps installs it)" >&2; exit 1; }
 	done
-	echo "== R5: block I/O through the NBD bridge, fio's nbd engine, beside nbdkit memory ($reps repetitions, ${runtime}s each)"
+	[ -f bin/fio-capsule.so ] || { echo "bench: bin/fio-capsule.so is missing (make fio-engine builds it)" >&2; exit 1; }
+	echo "== R5′ and R5: block I/O with fio, capsule's engine in fio (one hop) and fio's nbd engine through the NBD bridge, beside nbdkit memory ($reps repetitions, ${runtime}s each)"
 	local shm="shm://bench-$$" port
 	./bin/target serve --listen iwarp://127.0.0.1:0 --listen "$shm" --data "$work/data" --scrub-rate 0 \
 		--namespace mem:512MiB --namespace ec:benchvol:512MiB >"$work/target.out" 2>"$work/target.err" &
 	pids+=($!)
+	local target_pid=$!
 	local ready iwarp
 	ready="$(waitline "$work/target.out" "capsule target ready")"
 	iwarp="$(echo "$ready" | sed 's/.*listeners=\([^, ]*\).*/\1/')"
-	declare -gA uris=()
+	# servers[PATH]: the processes that serve PATH, whose CPU is its
+	# server's.
+	declare -gA uris=() servers=()
+	uris[engine-shm-mem]="$shm" servers[engine-shm-mem]="$target_pid"
+	uris[engine-iwarp-mem]="$iwarp" servers[engine-iwarp-mem]="$target_pid"
 	local i=0
 	for t in shm iwarp; do
 		for ns in 1 2; do
@@ -98,21 +135,24 @@ block() {
 			pids+=($!)
 			ready="$(waitline "$work/mount$i.out" "capsule nbd ready")"
 			uris["capsule-$t-$kind"]="nbd://$(echo "$ready" | sed 's/.*listen=\([^ ]*\).*/\1/')/"
+			servers["capsule-$t-$kind"]="$target_pid $!"
 			i=$((i + 1))
 		done
 	done
 	port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 	nbdkit --foreground --exit-with-parent -i 127.0.0.1 -p "$port" memory 512M >"$work/nbdkit.out" 2>&1 &
 	pids+=($!)
+	servers[nbdkit-memory]="$!"
 	for _ in $(seq 100); do nbdinfo --can connect "nbd://127.0.0.1:$port/" 2>/dev/null && break; sleep 0.1; done
 	uris[nbdkit-memory]="nbd://127.0.0.1:$port/"
-	local paths=(nbdkit-memory capsule-shm-mem capsule-iwarp-mem capsule-shm-ec capsule-iwarp-ec)
+	local paths=(nbdkit-memory engine-shm-mem engine-iwarp-mem capsule-shm-mem capsule-iwarp-mem capsule-shm-ec capsule-iwarp-ec)
 	for r in $(seq "$reps"); do
 		echo "-- repetition $r of $reps"
 		# The writes go first: they fill every path's 512 MiB, so the reads
 		# read data everywhere, not holes.
 		for c in seqwrite-1MiB randwrite-4KiB seqread-1MiB randread-4KiB; do
-			for p in "${paths[@]}"; do fio_case "$c" "$p" "${uris[$p]}"; done
+			# shellcheck disable=SC2086 # servers[] holds PIDs, split on purpose
+			for p in "${paths[@]}"; do fio_case "$c" "$p" "${uris[$p]}" ${servers[$p]}; done
 		done
 	done
 	echo "-- R3 baseline: fio psync 4 KiB random read on tmpfs (/dev/shm), 1 job"
