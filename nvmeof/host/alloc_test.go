@@ -7,8 +7,8 @@ import (
 )
 
 // TestNoAllocationsPerIO checks R8 on the host's hot path: synchronous
-// ReadAt and WriteAt, and asynchronous Submit with a caller-owned Request,
-// allocate nothing in steady state. AllocsPerRun counts the whole
+// ReadAt and WriteAt, and asynchronous Submit and SubmitBatch with
+// caller-owned Requests, allocate nothing in steady state. AllocsPerRun counts the whole
 // process, so this runs against the project's target (whose dispatch
 // allocates nothing either) rather than the test responder.
 func TestNoAllocationsPerIO(t *testing.T) {
@@ -25,6 +25,13 @@ func TestNoAllocationsPerIO(t *testing.T) {
 		big := make([]byte, 64<<10)
 		done := make(chan *Request, 1)
 		async := Request{Op: OpRead, Buf: buf, Done: func(r *Request) { done <- r }}
+		batchDone := make(chan *Request, 4)
+		batch := make([]Request, 4)
+		batchPtrs := make([]*Request, len(batch))
+		for i := range batch {
+			batch[i] = Request{Op: OpRead, Buf: make([]byte, 4096), Done: func(r *Request) { batchDone <- r }}
+			batchPtrs[i] = &batch[i]
+		}
 		var off int64
 		for name, io := range map[string]func() error{
 			"ReadAt": func() error { _, err := ns.ReadAt(buf, off); return err },
@@ -39,6 +46,20 @@ func TestNoAllocationsPerIO(t *testing.T) {
 					return err
 				}
 				return (<-done).Err
+			},
+			"SubmitBatch": func() error {
+				for i := range batch {
+					batch[i].Offset = off + int64(i)*4096
+				}
+				if _, err := ns.SubmitBatch(0, batchPtrs); err != nil {
+					return err
+				}
+				for range batch {
+					if r := <-batchDone; r.Err != nil {
+						return r.Err
+					}
+				}
+				return nil
 			},
 		} {
 			for range 200 { // warm up pools and provider slots

@@ -173,7 +173,10 @@
 //
 // Namespace.ReadAt, WriteAt, Flush, WriteZeroes and Discard block; Submit
 // starts a Request and returns, and its Done callback (or Wait) reports
-// the outcome. A Request is the caller's and is reused; with it, the
+// the outcome. SubmitBatch starts several on one queue with their
+// capsules held and sent together at its end (one post of Sends, one
+// writev), as the queue goroutine sends the commands it issues while
+// handling a batch of completions (queue.held beside queue.batching). A Request is the caller's and is reused; with it, the
 // command slots, the registered buffers and the provider's pre-allocated
 // work requests, the steady-state I/O path allocates nothing (R8;
 // TestNoAllocationsPerIO, the benchmarks' allocs/op). When every slot of

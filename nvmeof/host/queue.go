@@ -102,6 +102,11 @@ type queue struct {
 	// writev on iwarp). batchOn mirrors it for a lock-free check.
 	batching bool
 	batchOn  atomic.Bool
+	// held counts the submitters inside Namespace.SubmitBatch on this
+	// queue: while it is above zero, capsules are held as in a batch and
+	// sent together when the last of them, or the queue goroutine's
+	// batch, ends (batchOn is set while either holds).
+	held int
 
 	// failed is the queue goroutine's own flag (or close's, once the
 	// goroutine has exited).
@@ -229,12 +234,38 @@ func (q *queue) startBatch() {
 func (q *queue) endBatch() {
 	q.mu.Lock()
 	q.batching = false
-	q.batchOn.Store(false)
+	q.batchOn.Store(q.held > 0)
 	q.mu.Unlock()
 	if !q.failed {
 		q.tr.flush()
 	}
 }
+
+// holdSends and sendHeld bracket a submitter's batch (SubmitBatch): the
+// capsules of the commands issued in between are sent together at the
+// end, unless the queue goroutine's own batch sends them first.
+func (q *queue) holdSends() {
+	q.mu.Lock()
+	q.held++
+	q.batchOn.Store(true)
+	q.mu.Unlock()
+}
+
+func (q *queue) sendHeld() {
+	q.mu.Lock()
+	q.held--
+	on := q.batching || q.held > 0
+	q.batchOn.Store(on)
+	stopped := q.stopped
+	q.mu.Unlock()
+	if !on && !stopped {
+		q.tr.flush()
+	}
+}
+
+// holdingSends tells whether capsules issued now are held for a batch's
+// end. q.mu is held.
+func (q *queue) holdingSends() bool { return q.batching || q.held > 0 }
 
 // responseSlot returns the slot of an outstanding command whose response
 // has not arrived, or fails the queue (a protocol violation) and returns

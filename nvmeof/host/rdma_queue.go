@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/capsule-storage/capsule/nvmeof"
@@ -45,7 +46,9 @@ type rdmaTransport struct {
 	// batch holds the Sends issued during a batch of completions; guarded
 	// by q.mu.
 	batch []rdma.SendWR
-	// posting is the queue goroutine's copy of batch, posted unlocked.
+	// posting is a copy of batch, posted without q.mu; flushMu guards it
+	// (the queue goroutine and a SubmitBatch may flush at once).
+	flushMu sync.Mutex
 	posting []rdma.SendWR
 }
 
@@ -171,6 +174,8 @@ func (t *rdmaTransport) run() {
 // flush posts the Sends held during a batch.
 func (t *rdmaTransport) flush() {
 	q := t.q
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
 	q.mu.Lock()
 	t.posting = append(t.posting[:0], t.batch...)
 	t.batch = t.batch[:0]
@@ -210,7 +215,7 @@ func (t *rdmaTransport) send(s *slot, capLen int) {
 	s.live.Store(uint32(s.cid()) + 1)
 	if q.batchOn.Load() {
 		q.mu.Lock()
-		if q.batching {
+		if q.holdingSends() {
 			t.batch = append(t.batch, *wr)
 			q.mu.Unlock()
 			return

@@ -519,7 +519,7 @@ func (t *tcpTransport) send(s *slot, capLen int) {
 	q := t.q
 	if q.batchOn.Load() {
 		q.mu.Lock()
-		if q.batching {
+		if q.holdingSends() {
 			// Issued while the reader handles responses: the writer
 			// sends it.
 			t.queueSend(tcpSend{s: s})
