@@ -6,8 +6,10 @@
 # repetition measures, in this order:
 #   seqwrite-1MiB   1 MiB sequential writes at QD8, ec beside file (bar 0.55)
 #   randwrite-4KiB  4 KiB random writes at QD32, ec beside file (bar 0.50, goal 0.80)
-#   randread-4KiB   4 KiB random reads at QD32, ec beside file (no bar here:
-#                   R7′ asks for no slower than before, ±10 %)
+#   randread-4KiB   4 KiB random reads at QD32, ec beside file, and beside
+#                   the same on the v1 engine (copy-on-write stripes): a
+#                   bin/target built from V1_COMMIT, with a v1 store of its
+#                   own on the same disk (R7′: no slower than before, ±10 %)
 #   fua-4KiB        4 KiB random writes at QD1, each followed by a flush:
 #                   fio --fsync=1 through the bridge on ec (and on file, for
 #                   reference), beside fio psync --fdatasync=1 on a plain
@@ -34,7 +36,7 @@
 #   "BenchmarkECWrite/fua-4KiB/PATH 1 P p50-ns W write-p50-ns S sync-p50-ns N IOPS ..."
 #   "BenchmarkECWrite/write-amp/capsule-ec 1 A write-amp X wchar-amp N IOPS ..."
 #   "BenchmarkECWrite/space/capsule-ec 1 R space-amp A alloc-MB L live-MB"
-# for PATH capsule-ec, capsule-file or plain-file. With BENCH_OUT set they
+# for PATH capsule-ec, capsule-file, capsule-ec-v1 or plain-file. With BENCH_OUT set they
 # are appended to that file (scripts/bench.sh prints them in its one
 # table); without, this script ends with benchtable's table of them.
 #
@@ -43,7 +45,9 @@
 # SIZE_MIB of each namespace (1024), SPACE_BS block size of the space
 # passes (64k: three passes of 4 KiB writes over 1 GiB are 786,432
 # writes, over ten minutes at today's rate), EC geometry (4+2),
-# ECWRITE_DIR the directory on the disk under test (/var/tmp), CASES the
+# ECWRITE_DIR the directory on the disk under test (/var/tmp), V1_COMMIT
+# the commit whose bin/target runs the v1 engine (d04816e, the last before
+# the log; "" leaves it out, as does a clone without it), CASES the
 # cases to run (all: "seqwrite randwrite randread fua write-amp space"),
 # BENCH_OUT.
 # Needs fio, nbdsh (python3-libnbd), python3.
@@ -57,6 +61,7 @@ space_bs="${SPACE_BS:-64k}"
 geometry="${EC:-4+2}"
 dir="${ECWRITE_DIR:-/var/tmp}"
 bench_out="${BENCH_OUT:-}"
+v1_commit="${V1_COMMIT-d04816e}"
 cases=" ${CASES:-seqwrite randwrite randread fua write-amp space} "
 want() { [[ "$cases" == *" $1 "* ]]; }
 [ "$count" -ge 3 ] || { echo "ecwritebench: COUNT must be at least 3" >&2; exit 2; }
@@ -128,11 +133,29 @@ start "$work/target.log" "capsule target ready" target bin/target serve --listen
 	--scrub-rate 0 --fs "" --ec "$geometry" \
 	--namespace "ec:ecwrite:${size_mib}MiB" --namespace "file:file.img:${size_mib}MiB"
 target_pid="${pids[-1]}"
-declare -A uri=() bridge=()
-for p in capsule-ec capsule-file; do
-	nsid=1
+declare -A uri=() bridge=() tpid=([capsule-ec]="$target_pid" [capsule-file]="$target_pid")
+paths=(capsule-ec capsule-file)
+# The v1 engine: its own bin/target, built from v1_commit's tree, serving
+# an ec namespace of the same size and geometry on a v1 store of its own;
+# read through today's bridge.
+v1=()
+if [ -n "$v1_commit" ] && git cat-file -e "$v1_commit^{commit}" 2>/dev/null; then
+	mkdir -p "$work/v1src"
+	git archive "$v1_commit" | tar -x -C "$work/v1src"
+	(cd "$work/v1src" && go build -o "$work/v1-target" ./cmd/target) ||
+		{ echo "ecwritebench: building bin/target at $v1_commit failed" >&2; exit 1; }
+	start "$work/target-v1.log" "capsule target ready" "target at $v1_commit" "$work/v1-target" serve \
+		--listen "$shm-v1" --data "$work/data-v1" --scrub-rate 0 --fs "" --ec "$geometry" \
+		--namespace "ec:ecwrite:${size_mib}MiB"
+	tpid[capsule-ec-v1]="${pids[-1]}"
+	v1=(capsule-ec-v1)
+	paths+=(capsule-ec-v1)
+fi
+for p in "${paths[@]}"; do
+	nsid=1 url="$shm"
 	[ "$p" = capsule-file ] && nsid=2
-	start "$work/$p.log" "capsule nbd ready" "bridge $p" bin/mount --target "$shm" --nsid "$nsid" --nbd 127.0.0.1:0
+	[ "$p" = capsule-ec-v1 ] && url="$shm-v1"
+	start "$work/$p.log" "capsule nbd ready" "bridge $p" bin/mount --target "$url" --nsid "$nsid" --nbd 127.0.0.1:0
 	bridge[$p]="${pids[-1]}"
 	uri[$p]="nbd://$(sed -n 's/^capsule nbd ready listen=\([^ ]*\).*/\1/p' "$work/$p.log")/"
 done
@@ -165,6 +188,8 @@ flush() { PATH="$nbdsh_dir:$PATH" nbdsh -u "$1" -c 'h.flush()'; }
 # target is quiet: CMD's reading unchanged over a second in which the
 # target used under 5 % of a core (at the earliest after 2 s, at the
 # latest after 30 s). Prints the last reading and the seconds waited.
+# With settle_stop set to a command, it also ends when that command
+# succeeds, and prints the reading of the second before.
 settle() {
 	local prev cur c0 c1 waited=1
 	sleep 1
@@ -176,6 +201,10 @@ settle() {
 		waited=$((waited + 1))
 		cur="$("$@")"
 		c1="$(cpu "$target_pid")"
+		if [ -n "${settle_stop:-}" ] && $settle_stop; then
+			cur="$prev"
+			break
+		fi
 		if [ "$cur" = "$prev" ] && [ $(((c1 - c0) * 20)) -lt "$tck" ]; then break; fi
 	done
 	echo "$cur $waited"
@@ -216,10 +245,10 @@ nbd_fio=(--ioengine=nbd --size="${size_mib}m" --time_based --randrepeat=0)
 bridge_run() {
 	local p="$1" writes="$2" t0 b0 t1 b1 r ios
 	shift 2
-	t0="$(cpu "$target_pid")" b0="$(cpu "${bridge[$p]}")"
+	t0="$(cpu "${tpid[$p]}")" b0="$(cpu "${bridge[$p]}")"
 	r="$(fio_json "$work/fio.json" --name="$p" "${nbd_fio[@]}" --uri="${uri[$p]}" "$@")"
 	[ "$writes" = 0 ] || flush "${uri[$p]}"
-	t1="$(cpu "$target_pid")" b1="$(cpu "${bridge[$p]}")"
+	t1="$(cpu "${tpid[$p]}")" b1="$(cpu "${bridge[$p]}")"
 	ios="$(echo "$r" | cut -d' ' -f3)"
 	echo "$r $(awk -v t=$((t1 - t0)) -v b=$((b1 - b0)) -v n="$ios" -v hz="$tck" \
 		'BEGIN { n = n > 0 ? n : 1; printf "%.1f %.1f", t * 1e6 / hz / n, b * 1e6 / hz / n }')"
@@ -270,21 +299,28 @@ fua() {
 # written to the disk: page-cache pages dirtied and direct writes; a page
 # rewritten while still dirty counts once) and wchar (bytes passed to
 # write calls) are read with the store quiet before, and after a flush
-# and until write_bytes stops growing.
+# and until write_bytes stops growing: the busy cleaner's catching up is
+# in the window, the idle pass that follows 3 s later (which space
+# reports) is not. The store's own counters give the busy cleaner's moves
+# per host byte (its idle passes' excluded).
 write_amp() {
-	local wb0 wc0 wb1 wc1 t0 b0 t1 b1 r iops bw ios bytes waited
+	local wb0 wc0 wb1 wc1 t0 b0 t1 b1 r iops bw ios bytes waited i0 h0 m0
 	flush "${uri[capsule-ec]}"
 	r="$(settle iostat "$target_pid" write_bytes)"
 	read -r wb0 waited <<<"$r"
 	wc0="$(iostat "$target_pid" wchar)"
+	i0="$(store_stat idle_bytes)" h0="$(store_stat host_bytes)" m0="$(store_stat cleaner_bytes)"
+	idle_began() { [ "$(store_stat idle_bytes)" != "$i0" ]; }
 	t0="$(cpu "$target_pid")" b0="$(cpu "${bridge[capsule-ec]}")"
 	r="$(fio_json "$work/fio.json" --name=wa "${nbd_fio[@]}" --uri="${uri[capsule-ec]}" \
 		--rw=randwrite --bs=4k --iodepth=32 --norandommap --runtime="$runtime_wa")"
 	flush "${uri[capsule-ec]}"
-	local s1
-	s1="$(settle iostat "$target_pid" write_bytes)"
+	local s1 moved
+	s1="$(settle_stop=idle_began settle iostat "$target_pid" write_bytes)"
 	read -r wb1 waited <<<"$s1"
 	wc1="$(iostat "$target_pid" wchar)"
+	moved="$(awk -v h=$(($(store_stat host_bytes) - h0)) -v m=$(($(store_stat cleaner_bytes) - m0 - $(store_stat idle_bytes) + i0)) \
+		'BEGIN { h = h > 0 ? h : 1; printf "%.3f", m / h }')"
 	t1="$(cpu "$target_pid")" b1="$(cpu "${bridge[capsule-ec]}")"
 	read -r iops bw ios bytes _ <<<"$r"
 	local line
@@ -293,9 +329,9 @@ write_amp() {
 		printf "%.3f %.3f %.1f %.1f %.1f %.0f %.0f", wb / n, wc / n, (t + b) * 1e6 / hz / ios, t * 1e6 / hz / ios, b * 1e6 / hz / ios, wb / 1e6, n / 1e6 }')"
 	local wa wca cpu_t cpu_tg cpu_b wb_mb fio_mb
 	read -r wa wca cpu_t cpu_tg cpu_b wb_mb fio_mb <<<"$line"
-	printf '   %-15s %-13s %s (target wrote %s MB for fio'"'"'s %s MB; wchar %s) %7.0f IOPS   cpu %.1f µs/IO, settled in %ss\n' \
-		write-amp capsule-ec "$wa" "$wb_mb" "$fio_mb" "$wca" "$iops" "$cpu_t" "$waited"
-	echo "BenchmarkECWrite/write-amp/capsule-ec 1 $wa write-amp $wca wchar-amp $wb_mb target-MB $fio_mb fio-MB $iops IOPS $cpu_t cpu-µs/IO $cpu_tg target-µs/IO $cpu_b bridge-µs/IO" >>"$results"
+	printf '   %-15s %-13s %s (target wrote %s MB for fio'"'"'s %s MB; wchar %s; the cleaner moved %s per host byte) %7.0f IOPS   cpu %.1f µs/IO, settled in %ss\n' \
+		write-amp capsule-ec "$wa" "$wb_mb" "$fio_mb" "$wca" "$moved" "$iops" "$cpu_t" "$waited"
+	echo "BenchmarkECWrite/write-amp/capsule-ec 1 $wa write-amp $wca wchar-amp $moved cleaner-share $wb_mb target-MB $fio_mb fio-MB $iops IOPS $cpu_t cpu-µs/IO $cpu_tg target-µs/IO $cpu_b bridge-µs/IO" >>"$results"
 }
 
 # store_stat FIELD prints a field of the ec store's counters (the target's
@@ -338,8 +374,8 @@ space() {
 }
 
 echo "== R7′: the ec write path through the NBD bridge over shm, ec:${size_mib}MiB ($geometry) beside file:${size_mib}MiB on $source ($fstype, $dir); $count repetitions, ${runtime}s each, write amplification ${runtime_wa}s"
-echo "-- filling both volumes (1 MiB sequential writes) and the plain file"
-for p in capsule-ec capsule-file; do
+echo "-- filling the volumes (1 MiB sequential writes) and the plain file"
+for p in "${paths[@]}"; do
 	r="$(fio_json "$work/fio.json" --name=fill --ioengine=nbd --uri="${uri[$p]}" --size="${size_mib}m" --rw=write --bs=1m --iodepth=8)"
 	flush "${uri[$p]}"
 	printf '   %-15s %-13s %7.0f MB/s\n' fill "$p" "$(awk -v b="$(echo "$r" | cut -d' ' -f2)" 'BEGIN { print b / 1e6 }')"
@@ -356,7 +392,7 @@ for rep in $(seq "$count"); do
 		want randwrite || break
 		record randwrite-4KiB "$p" "$(bridge_run "$p" 1 --rw=randwrite --bs=4k --iodepth=32 --norandommap --runtime="$runtime")"
 	done
-	for p in capsule-ec capsule-file; do
+	for p in capsule-ec capsule-file "${v1[@]}"; do
 		want randread || break
 		record randread-4KiB "$p" "$(bridge_run "$p" 0 --rw=randread --bs=4k --iodepth=32 --norandommap --runtime="$runtime")"
 	done

@@ -249,6 +249,7 @@ BenchmarkECWrite/seqwrite-1MiB/capsule-ec 1 1000 IOPS 1048.6 MB/s 1704.6 cpu-µs
 BenchmarkECWrite/seqwrite-1MiB/capsule-file 1 1600 IOPS 1677.7 MB/s 730.8 cpu-µs/IO 278.0 target-µs/IO 452.8 bridge-µs/IO
 BenchmarkECWrite/randread-4KiB/capsule-ec 1 31981 IOPS 131.0 MB/s 35.9 cpu-µs/IO 18.6 target-µs/IO 17.3 bridge-µs/IO
 BenchmarkECWrite/randread-4KiB/capsule-file 1 35922 IOPS 147.1 MB/s 29.9 cpu-µs/IO 13.2 target-µs/IO 16.7 bridge-µs/IO
+BenchmarkECWrite/randread-4KiB/capsule-ec-v1 1 33000 IOPS 135.2 MB/s 33.0 cpu-µs/IO 16.0 target-µs/IO 17.0 bridge-µs/IO
 BenchmarkECWrite/fua-4KiB/capsule-ec 1 600000 p50-ns 350000 write-p50-ns 250000 sync-p50-ns 1600 IOPS 90.0 cpu-µs/IO 80.0 target-µs/IO 10.0 bridge-µs/IO
 BenchmarkECWrite/fua-4KiB/capsule-file 1 869376 p50-ns 242688 write-p50-ns 626688 sync-p50-ns 1037 IOPS 828.9 cpu-µs/IO 506.0 target-µs/IO 322.9 bridge-µs/IO
 BenchmarkECWrite/fua-4KiB/plain-file 1 445728 p50-ns 5408 write-p50-ns 440320 sync-p50-ns 1393 IOPS
@@ -264,6 +265,8 @@ func TestRenderECWrite(t *testing.T) {
 	require.Regexp(t, `0\.62\s+R7′ >= 0\.55 ok\s+-$`, lines["ECWrite/seqwrite-1MiB/capsule-ec"])
 	// Reads: a ratio without a bar.
 	require.Regexp(t, `0\.89\s+-$`, lines["ECWrite/randread-4KiB/capsule-ec"])
+	// And against the v1 engine, with R7′'s ±10 %: 31981 / 33000 = 0.97.
+	require.Regexp(t, `^ECWrite/randread-4KiB/capsule-ec/v1\s+31981 IOPS\s+ECWrite/randread-4KiB/capsule-ec-v1\s+33000 IOPS\s+0\.97\s+R7′ >= 0\.90 ok\s+-$`, lines["ECWrite/randread-4KiB/capsule-ec/v1"])
 	// The amplifications are ratios already: no baseline, an upper bound.
 	require.Regexp(t, `^ECWrite/write-amp/capsule-ec\s+1\.74 write-amp\s+R7′ <= 2\.50 ok \(goal 1\.80\)\s+-$`, lines["ECWrite/write-amp/capsule-ec"])
 	require.Regexp(t, `^ECWrite/space/capsule-ec\s+1\.36 space-amp\s+R7′ <= 1\.30 ABOVE\s+-$`, lines["ECWrite/space/capsule-ec"])
