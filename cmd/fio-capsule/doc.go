@@ -57,7 +57,10 @@
 //     datasync and sync_file_range are NVM Flush; --fua=1 sets Force Unit
 //     Access on writes.
 //   - commit submits the requests fio queued since the last commit, in
-//     order, on the job's queue (Namespace.Submit, which does not block).
+//     order, on the job's queue, as one batch (Namespace.SubmitBatch,
+//     which does not block): their capsules go out together, one post of
+//     Sends on RDMA (one write on iwarp, one doorbell on shm) or one
+//     writev on TCP, for as many as have a free slot.
 //   - Completions are reaped by the host's queue goroutine; each Request's
 //     Done records (tag, errno, residual) in the job's finished list and
 //     wakes the fio thread only when as many are finished as getevents
@@ -77,9 +80,6 @@
 //     read's out of them (nvmeof/host never registers the caller's
 //     memory). fio's buffers are not the host's registered ones, since
 //     the host API has no way to hand its registered buffers out.
-//   - Each Request is submitted alone: the host posts each command's
-//     capsule when it is submitted (and in one post for the commands its
-//     queue goroutine issues from completions), not once per commit.
 //   - fio's verify, trims and syncs go through the same queue as reads and
 //     writes; a sync waits for nothing that is still in flight, as NVM
 //     Flush does not.

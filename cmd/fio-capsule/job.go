@@ -152,16 +152,23 @@ func (j *job) queue(tag uint64, op host.Op, off int64, buf []byte, length int64,
 	return nil
 }
 
-// commit submits what queue took since the last commit. A request the
-// host refuses at once completes with its errno.
+// commit submits what queue took since the last commit, as one batch:
+// their capsules go out in one post (SubmitBatch). A request the host
+// refuses at once completes with its errno, and the batch goes on after
+// it.
 func (j *job) commit() {
-	for i, r := range j.pending {
-		if err := j.ns.Submit(r); err != nil {
-			r.Err, r.N = err, 0
-			j.finish(r)
+	rest := j.pending
+	for len(rest) > 0 {
+		n, err := j.ns.SubmitBatch(0, rest)
+		if err == nil {
+			break
 		}
-		j.pending[i] = nil
+		r := rest[n]
+		r.Err, r.N = err, 0
+		j.finish(r)
+		rest = rest[n+1:]
 	}
+	clear(j.pending)
 	j.pending = j.pending[:0]
 }
 

@@ -134,3 +134,36 @@ func TestOpenJobErrors(t *testing.T) {
 	_, err = openJob(ctx, jobConfig{URI: "tcp://127.0.0.1:1"})
 	assert.ErrorContains(t, err, "connecting to tcp://127.0.0.1:1")
 }
+
+// TestJobNoAllocations: queue, commit and getevents allocate nothing per
+// I/O in steady state (R8), for a window of 8 reads.
+func TestJobNoAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on synchronization")
+	}
+	addr := startTarget(t, fmt.Sprintf("shm://fio-job-alloc-%d", os.Getpid()))
+	const depth = 8
+	j, err := openJob(context.Background(), jobConfig{URI: addr, Depth: depth, MaxBlock: 4096})
+	require.NoError(t, err)
+	t.Cleanup(func() { j.close() })
+	buf := make([]byte, depth*4096)
+	var failed int32
+	collect := func(_ int, c completion) { failed |= c.errno }
+	window := func() {
+		for i := range depth {
+			if err := j.queue(uint64(i+1), host.OpRead, int64(i)*4096, buf[i*4096:(i+1)*4096], 0, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		j.commit()
+		for got := 0; got < depth; {
+			got += j.getevents(1, depth, -1, collect)
+		}
+	}
+	for range 100 {
+		window()
+	}
+	allocs := testing.AllocsPerRun(200, window)
+	require.Zero(t, failed)
+	require.Zero(t, allocs, "a window of %d reads allocates", depth)
+}
