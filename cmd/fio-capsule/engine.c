@@ -27,7 +27,9 @@
 
 /* The fio this engine is built for and checked against at load. */
 #define CAPSULE_FIO_IOOPS 31
+#ifndef CAPSULE_FIO_VERSION
 #define CAPSULE_FIO_VERSION "fio-3.33"
+#endif
 
 #if FIO_IOOPS_VERSION != CAPSULE_FIO_IOOPS
 #error "fio's headers have another engine ABI (FIO_IOOPS_VERSION) than the one this engine is written for"
