@@ -31,9 +31,17 @@ if ! apt-get source --print-uris -qq "fio=$version" >/dev/null 2>&1; then
 			entries+="$(awk 'BEGIN { RS = ""; ORS = "\n\n" } /Types:[^\n]*deb/ && /debian/ { sub(/Types:[^\n]*/, "Types: deb-src"); print }' "$f")"$'\n'
 			;;
 		*)
-			entries+="$(awk '$1 == "deb" && /debian/ { $1 = "deb-src"; print }' "$f" | while read -r l; do
+			# deb [OPTIONS] URI SUITE COMPONENT...; a signed-by option is kept.
+			entries+="$(awk '$1 == "deb" && /debian/ {
+				signed = ""
+				if (match($0, /signed-by=[^] ]*/)) signed = substr($0, RSTART + 10, RLENGTH - 10)
+				sub(/\[[^]]*\] */, ""); $1 = ""; print signed "|" $0
+			}' "$f" | while IFS='|' read -r signed l; do
+				# shellcheck disable=SC2086 # the fields of the line, split on purpose
 				set -- $l
-				printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: %s\n\n' "$2" "$3" "${*:4}"
+				printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: %s\n' "$1" "$2" "${*:3}"
+				[ -z "$signed" ] || printf 'Signed-By: %s\n' "$signed"
+				printf '\n'
 			done)"$'\n'
 			;;
 		esac
