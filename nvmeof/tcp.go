@@ -306,9 +306,12 @@ func TCPDataOffset(hlen, pda int) int {
 	if pda == 0 {
 		return hlen
 	}
-	a := (pda + 1) * 4
+	a := tcpAlignment(pda)
 	return (hlen + a - 1) / a * a
 }
+
+// tcpAlignment is the data alignment in bytes for a PDA of pda.
+func tcpAlignment(pda int) int { return (pda + 1) * 4 }
 
 // TCPReceiver is what the receiving end of a connection has negotiated,
 // against which Check validates each PDU's common header before anything
@@ -353,16 +356,23 @@ type TCPLayout struct {
 //   - anything but ICReq (ICResp) before the connection is initialized,
 //     or a second ICReq (ICResp): PDU Sequence Error;
 //   - an HLEN other than the type's: Invalid PDU Header Field at HLEN (2);
-//   - flags the type does not have, HDGSTF other than negotiated, DDGSTF
-//     set without data or a data digest, or clear with both, SUCCESS
-//     without LAST_PDU: at FLAGS (1);
-//   - a PDO other than the header length padded to PDA (0 without
-//     data): at PDO (3);
+//   - HDGSTF clear with a header digest negotiated, DDGSTF clear on a
+//     PDU with data and a data digest negotiated, SUCCESS without
+//     LAST_PDU (on a C2HData): at FLAGS (1);
+//   - on a PDU with data, a PDO before the end of the header (and its
+//     digest) or not on the PDA alignment: at PDO (3);
 //   - a PLEN other than the type's fixed length, data where the type has
 //     none, a data PDU without data, or more in-capsule data or C2HData
 //     than the limit: at PLEN (4);
 //   - an H2CData carrying more than MAXH2CDATA: Data Transfer Limit
 //     Exceeded (FEI 0).
+//
+// What the specification reserves is ignored, as Linux nvmet and SPDK
+// ignore it: flags a type does not define, a digest flag for a digest
+// not negotiated, DDGSTF on a PDU without data, and PDO on a PDU without
+// data (ICReq, TermReq, a CapsuleCmd without in-capsule data, R2T,
+// CapsuleResp). A PDO beyond the smallest aligned one is padding the
+// sender chose, and is skipped.
 //
 // Check does not allocate unless it refuses.
 func (r *TCPReceiver) Check(h TCPHeader) (TCPLayout, *TCPFatalError) {
@@ -386,16 +396,10 @@ func (r *TCPReceiver) Check(h TCPHeader) (TCPLayout, *TCPFatalError) {
 	if int(h.HLEN) != hlen {
 		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetHLEN, fmt.Sprintf("HLEN %d of a %v", h.HLEN, h.Type))
 	}
-	if h.Flags&^tcpAllowedFlags(h.Type) != 0 {
-		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetFLAGS, fmt.Sprintf("flags %#02x on a %v", uint8(h.Flags), h.Type))
-	}
 	if term || ic {
 		minLen, maxLen := hlen, hlen
 		if term {
 			maxLen = hlen + TCPTermReqMaxData
-		}
-		if h.PDO != 0 {
-			return l, fatal(TCPFESInvalidHeaderField, TCPOffsetPDO, fmt.Sprintf("PDO %d of a %v", h.PDO, h.Type))
 		}
 		if h.PLEN < uint32(minLen) || h.PLEN > uint32(maxLen) {
 			return l, fatal(TCPFESInvalidHeaderField, TCPOffsetPLEN, fmt.Sprintf("PLEN %d of a %v", h.PLEN, h.Type))
@@ -404,10 +408,16 @@ func (r *TCPReceiver) Check(h TCPHeader) (TCPLayout, *TCPFatalError) {
 		l.Data = int(h.PLEN) - hlen
 		return l, nil
 	}
-	if (h.Flags&TCPFlagHDGSTF != 0) != r.HeaderDigest {
-		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetFLAGS, fmt.Sprintf("HDGSTF %v, header digest negotiated %v", h.Flags&TCPFlagHDGSTF != 0, r.HeaderDigest))
+	// Flags a type does not define are reserved: ignored. A digest flag
+	// set without the digest being negotiated is ignored too (the PDU is
+	// framed by what was negotiated, as Linux nvmet and SPDK frame it);
+	// one missing where the digest was negotiated is refused, as nvmet
+	// refuses it.
+	flags := h.Flags & tcpAllowedFlags(h.Type)
+	if r.HeaderDigest && flags&TCPFlagHDGSTF == 0 {
+		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetFLAGS, "HDGSTF clear, header digest negotiated")
 	}
-	if h.Flags&TCPFlagSuccess != 0 && h.Flags&TCPFlagLastPDU == 0 {
+	if !r.Controller && flags&TCPFlagSuccess != 0 && flags&TCPFlagLastPDU == 0 {
 		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetFLAGS, "SUCCESS without LAST_PDU")
 	}
 	l.Header = hlen
@@ -422,31 +432,26 @@ func (r *TCPReceiver) Check(h TCPHeader) (TCPLayout, *TCPFatalError) {
 		limit = r.MaxH2CData
 	case TCPPDUC2HData:
 		limit = r.MaxC2HData
-	default: // CapsuleResp, R2T: no data
-		if h.PDO != 0 {
-			return l, fatal(TCPFESInvalidHeaderField, TCPOffsetPDO, fmt.Sprintf("PDO %d of a %v", h.PDO, h.Type))
-		}
+	default: // CapsuleResp, R2T: no data, PDO reserved
 		if h.PLEN != uint32(l.Header) {
 			return l, fatal(TCPFESInvalidHeaderField, TCPOffsetPLEN, fmt.Sprintf("PLEN %d of a %v of %d bytes", h.PLEN, h.Type, l.Header))
 		}
 		return l, nil
 	}
 	if h.PLEN == uint32(l.Header) && h.Type == TCPPDUCapsuleCmd {
-		// A command without in-capsule data.
-		if h.PDO != 0 {
-			return l, fatal(TCPFESInvalidHeaderField, TCPOffsetPDO, fmt.Sprintf("PDO %d of a CapsuleCmd without data", h.PDO))
-		}
-		if h.Flags&TCPFlagDDGSTF != 0 {
-			return l, fatal(TCPFESInvalidHeaderField, TCPOffsetFLAGS, "DDGSTF on a CapsuleCmd without data")
-		}
+		// A command without in-capsule data: PDO is reserved, and so is
+		// DDGSTF.
 		return l, nil
 	}
-	pdo := TCPDataOffset(l.Header, r.PDA)
-	if int(h.PDO) != pdo {
-		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetPDO, fmt.Sprintf("PDO %d of a %v, want %d", h.PDO, h.Type, pdo))
+	// The data starts at PDO: at or after the header (and its digest),
+	// on the alignment the receiver asked for. A PDO beyond the smallest
+	// one is padding the sender chose, which SPDK accepts too.
+	pdo := int(h.PDO)
+	if pdo < l.Header || (r.PDA != 0 && pdo%tcpAlignment(r.PDA) != 0) {
+		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetPDO, fmt.Sprintf("PDO %d of a %v, want %d", h.PDO, h.Type, TCPDataOffset(l.Header, r.PDA)))
 	}
-	if (h.Flags&TCPFlagDDGSTF != 0) != r.DataDigest {
-		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetFLAGS, fmt.Sprintf("DDGSTF %v, data digest negotiated %v", h.Flags&TCPFlagDDGSTF != 0, r.DataDigest))
+	if r.DataDigest && flags&TCPFlagDDGSTF == 0 {
+		return l, fatal(TCPFESInvalidHeaderField, TCPOffsetFLAGS, "DDGSTF clear on a PDU with data, data digest negotiated")
 	}
 	l.Pad = pdo - l.Header
 	l.DataDigest = r.DataDigest
@@ -522,16 +527,15 @@ func (p *TCPICReq) UnmarshalBinary(b []byte) error {
 }
 
 // Check returns the Unsupported Parameter error a controller answers an
-// ICReq with when its PFV is not 0, its HPDA above 31 or its DGST has
-// reserved bits.
+// ICReq with when its PFV is not 0 or its HPDA above 31. Reserved DGST
+// bits are ignored (Linux nvmet and SPDK look at the two defined ones
+// only).
 func (p *TCPICReq) Check() *TCPFatalError {
 	switch {
 	case p.PFV != 0:
 		return fatal(TCPFESUnsupportedParameter, TCPICOffsetPFV, fmt.Sprintf("PFV %d", p.PFV))
 	case p.HPDA > TCPMaxPDA:
 		return fatal(TCPFESUnsupportedParameter, TCPICReqOffsetHPDA, fmt.Sprintf("HPDA %d", p.HPDA))
-	case p.Digest&^(TCPHeaderDigest|TCPDataDigest) != 0:
-		return fatal(TCPFESUnsupportedParameter, TCPICOffsetDGST, fmt.Sprintf("DGST %#02x", uint8(p.Digest)))
 	}
 	return nil
 }
@@ -605,12 +609,8 @@ func checkICHeader(b []byte, t TCPPDUType) error {
 	switch {
 	case h.Type != t:
 		return fatal(TCPFESInvalidHeaderField, TCPOffsetPDUType, fmt.Sprintf("%v, want %v", h.Type, t))
-	case h.Flags != 0:
-		return fatal(TCPFESInvalidHeaderField, TCPOffsetFLAGS, fmt.Sprintf("flags %#02x on a %v", uint8(h.Flags), t))
 	case h.HLEN != TCPICReqSize:
 		return fatal(TCPFESInvalidHeaderField, TCPOffsetHLEN, fmt.Sprintf("HLEN %d of a %v", h.HLEN, t))
-	case h.PDO != 0:
-		return fatal(TCPFESInvalidHeaderField, TCPOffsetPDO, fmt.Sprintf("PDO %d of a %v", h.PDO, t))
 	case h.PLEN != TCPICReqSize:
 		return fatal(TCPFESInvalidHeaderField, TCPOffsetPLEN, fmt.Sprintf("PLEN %d of a %v", h.PLEN, t))
 	}
@@ -665,7 +665,7 @@ func (p *TCPTermReq) UnmarshalBinary(b []byte) error {
 	switch {
 	case h.Type != TCPPDUH2CTermReq && h.Type != TCPPDUC2HTermReq:
 		return fatal(TCPFESInvalidHeaderField, TCPOffsetPDUType, fmt.Sprintf("%v is not a TermReq", h.Type))
-	case h.HLEN != TCPTermReqHeaderSize || h.Flags != 0 || h.PDO != 0:
+	case h.HLEN != TCPTermReqHeaderSize:
 		return fatal(TCPFESInvalidHeaderField, TCPOffsetHLEN, "TermReq header fields")
 	case int(h.PLEN) != len(b) || len(b) < TCPTermReqHeaderSize || len(b) > TCPTermReqHeaderSize+TCPTermReqMaxData:
 		return fmt.Errorf("%w: TermReq of %d bytes with PLEN %d", ErrLength, len(b), h.PLEN)
