@@ -163,6 +163,7 @@ const (
 	FeatureErrorRecovery        FeatureID = 0x05
 	FeatureVolatileWriteCache   FeatureID = 0x06
 	FeatureNumberOfQueues       FeatureID = 0x07
+	FeatureWriteAtomicityNormal FeatureID = 0x0a
 	FeatureAsyncEventConfig     FeatureID = 0x0b
 	FeatureKeepAliveTimer       FeatureID = 0x0f
 	FeatureHostIdentifier       FeatureID = 0x81

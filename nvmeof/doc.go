@@ -70,7 +70,10 @@
 //     MN, FR, TRSVCID, TRADDR, firmware revisions) may hold only 20h..7Eh;
 //     trailing spaces and NULs are padding and are removed; a NUL followed
 //     by text is refused. Encoders apply the same rules and pad ASCII with
-//     spaces and NQNs with NULs, as the specification says.
+//     spaces and NQNs with NULs, as the specification says. The one
+//     tolerant decoder is ConnectData.UnmarshalTolerant, for a controller
+//     receiving Connect: NQN fields are the text before their NUL, as
+//     Linux nvmet and SPDK take them (empty included).
 //   - Values the specification constrains are checked: record formats,
 //     property sizes, SQSIZE 0, NUSE <= NCAP <= NSZE, the LBA format in use,
 //     namespace lists in increasing order, namespace identification
@@ -134,6 +137,9 @@
 //	        5.2.13.2.2 Active Namespace ID list,
 //	        5.2.13.2.3 Namespace Identification
 //	        Descriptor list
+//	  5.2.13.2 Identify CNS 05h-08h and 1Ch: I/O      identify_iocs.go
+//	        command set specific and independent
+//	        structures, I/O Command Set data structure
 //	  6 Fabrics Command Set: 6.3 Connect, 6.4          fabrics.go
 //	        Disconnect, 6.5 Property Get, 6.6 Property
 //	        Set; Figure 105 Fabrics status values      status.go
@@ -141,6 +147,8 @@
 //	  Read, Write, Flush, Write Zeroes, Dataset        nvm.go
 //	        Management (range definition)
 //	  Identify Namespace (CNS 00h), LBA Format         identify.go
+//	  NVM command set Identify Namespace and           identify_iocs.go
+//	        Identify Controller (CNS 05h, 06h)
 //	NVMe over Fabrics 1.1 (titles; now part of Base 2.x)
 //	  Capsules; SGLs in capsules; ICDOFF               command.go, sgl.go
 //	  Fabrics Command Set: Connect (command, data,     fabrics.go

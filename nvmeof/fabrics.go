@@ -1,6 +1,9 @@
 package nvmeof
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+)
 
 // OpFabrics is the opcode of every Fabrics command; byte 4 (FCTYPE) says
 // which one.
@@ -245,6 +248,42 @@ func (d *ConnectData) UnmarshalBinary(b []byte) error {
 	if x.HostNQN, err = getNQN(b[ConnectDataOffsetHOSTNQN:ConnectDataOffsetHOSTNQN+NQNFieldSize], false); err != nil {
 		return &FieldError{Structure: name, Field: "HOSTNQN", Offset: ConnectDataOffsetHOSTNQN, InData: true,
 			Status: StatusConnectInvalidParameters.WithDNR(), Err: err}
+	}
+	*d = x
+	return nil
+}
+
+// UnmarshalTolerant decodes Connect data as a controller receives it,
+// accepting what Linux nvmet and SPDK's nvmf_tgt accept: an NQN field is
+// the text before its first NUL, which may be empty and is not checked
+// against the NQN rules, and what follows the NUL is ignored. A field
+// with no NUL at all, or a CNTLID in the reserved range, is refused
+// with Connect Invalid Parameters naming the field. Whether an empty or
+// unusual host NQN may connect is the allow-list's question.
+func (d *ConnectData) UnmarshalTolerant(b []byte) error {
+	const name = "Connect data"
+	if err := needExactly(name, b, ConnectDataSize); err != nil {
+		return err
+	}
+	var x ConnectData
+	copy(x.HostID[:], b[ConnectDataOffsetHOSTID:])
+	x.CNTLID = le.Uint16(b[ConnectDataOffsetCNTLID:])
+	if x.CNTLID > MaxCNTLID && x.CNTLID < CNTLIDAnyStatic {
+		return &FieldError{Structure: name, Field: "CNTLID", Offset: ConnectDataOffsetCNTLID, InData: true,
+			Status: StatusConnectInvalidParameters.WithDNR(), Err: ErrFieldValue}
+	}
+	for _, f := range []struct {
+		name string
+		off  int
+		dst  *string
+	}{{"SUBNQN", ConnectDataOffsetSUBNQN, &x.SubNQN}, {"HOSTNQN", ConnectDataOffsetHOSTNQN, &x.HostNQN}} {
+		field := b[f.off : f.off+NQNFieldSize]
+		n := bytes.IndexByte(field, 0)
+		if n < 0 {
+			return &FieldError{Structure: name, Field: f.name, Offset: f.off, InData: true,
+				Status: StatusConnectInvalidParameters.WithDNR(), Err: ErrInvalidNQN}
+		}
+		*f.dst = string(field[:n])
 	}
 	*d = x
 	return nil

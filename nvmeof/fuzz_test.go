@@ -404,3 +404,21 @@ func FuzzRDMACMPrivateData(f *testing.F) {
 		roundTrip[RDMACMReject](t, b)
 	})
 }
+
+func FuzzIdentifyCommandSet(f *testing.F) {
+	seed := make([]byte, IdentifyDataSize)
+	copy(seed, annotated("06 00 00 00 00000000 0000000000000000 # WZSL 6"))
+	f.Add(seed)
+	list := make([]byte, IdentifyDataSize)
+	copy(list, annotated("0100000000000000 # NVM alone"))
+	f.Add(list)
+	f.Add(annotated("01 01 00 00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, in := range [][]byte{b, sized(b, IdentifyDataSize)} {
+			roundTrip[IdentifyNamespaceNVM](t, in)
+			roundTrip[IdentifyControllerNVM](t, in)
+			roundTrip[IdentifyNamespaceIndependent](t, in)
+			roundTrip[CommandSetList](t, in)
+		}
+	})
+}

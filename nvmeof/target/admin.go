@@ -29,12 +29,33 @@ func prepareIdentify(r *request) nvmeof.Status {
 		if ctrl.sub.Namespace(nsid) == nil {
 			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
 		}
-	case nvmeof.CNSActiveNamespaceList:
+	case nvmeof.CNSActiveNamespaceList, nvmeof.CNSActiveNamespaceListCommandSet:
 		if ctrl.discovery {
 			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
 		}
 		if nsid >= 0xfffffffe {
 			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
+		}
+		if r.cmd.CNS() == nvmeof.CNSActiveNamespaceListCommandSet && r.cmd.CSI() != nvmeof.CSINVM {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+	case nvmeof.CNSNamespaceCommandSet, nvmeof.CNSNamespaceIndependent:
+		if ctrl.discovery {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+		}
+		if nsid == 0 || nsid > MaxNamespaces {
+			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
+		}
+		if r.cmd.CNS() == nvmeof.CNSNamespaceCommandSet && r.cmd.CSI() != nvmeof.CSINVM {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+	case nvmeof.CNSControllerCommandSet:
+		if ctrl.discovery || r.cmd.CSI() != nvmeof.CSINVM {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+	case nvmeof.CNSCommandSetList:
+		if ctrl.discovery {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
 		}
 	default:
 		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
@@ -65,8 +86,30 @@ func executeIdentify(r *request) nvmeof.Status {
 		}
 		ids := nvmeof.NamespaceIDs{NGUID: ns.nguid, UUID: ns.uuid, CSI: nvmeof.CSINVM, HasNGUID: true, HasUUID: true, HasCSI: true}
 		_, err = ids.MarshalTo(buf)
-	case nvmeof.CNSActiveNamespaceList:
+	case nvmeof.CNSActiveNamespaceList, nvmeof.CNSActiveNamespaceListCommandSet:
+		// Every namespace is of the NVM command set.
 		_, err = nvmeof.MarshalNamespaceList(buf, nvmeof.ActiveNamespacesAfter(ctrl.sub.ns.Load().ids, r.cmd.NSID))
+	case nvmeof.CNSNamespaceCommandSet:
+		// No protection information, no storage tags: all zeros, for an
+		// inactive NSID too.
+		var id nvmeof.IdentifyNamespaceNVM
+		_, err = id.MarshalTo(buf)
+	case nvmeof.CNSNamespaceIndependent:
+		ns := ctrl.sub.Namespace(r.cmd.NSID)
+		if ns == nil {
+			clear(buf)
+			return nvmeof.StatusSuccess
+		}
+		id := nvmeof.IdentifyNamespaceIndependent{NMIC: 1, NSTAT: nvmeof.NSTATReady}
+		_, err = id.MarshalTo(buf)
+	case nvmeof.CNSControllerCommandSet:
+		id := ctrl.identifyNVM()
+		_, err = id.MarshalTo(buf)
+	case nvmeof.CNSCommandSetList:
+		// One combination, index 0: the NVM command set alone.
+		var l nvmeof.CommandSetList
+		l[0] = nvmeof.CommandSetVectorNVM
+		_, err = l.MarshalTo(buf)
 	}
 	if err != nil {
 		ctrl.log.Error("identify data", "cns", r.cmd.CNS(), "err", err)
@@ -101,7 +144,7 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		NN:        MaxNamespaces,
 		ONCS:      nvmeof.ONCSDatasetManagement | nvmeof.ONCSWriteZeroes,
 		VWC:       nvmeof.VWCPresent | nvmeof.VWCFlushBroadcast,
-		SGLS:      nvmeof.SGLSSupported | nvmeof.SGLSKeyedDataBlock | nvmeof.SGLSOffsetAddress,
+		SGLS:      nvmeof.SGLSSupported | nvmeof.SGLSOffsetAddress,
 		SUBNQN:    c.sub.nqn,
 		IOCCSZ:    uint32(cfg.capsuleSize() / 16),
 		IORCSZ:    nvmeof.CompletionSize / 16,
@@ -109,6 +152,12 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		MSDBD:     1,
 		OFCS:      nvmeof.OFCSDisconnect,
 		OAES:      oaesNamespaceAttribute,
+	}
+	if _, tcp := c.admin.tr.(*tcpQueue); !tcp {
+		// Keyed SGLs are the RDMA transport's: a TCP controller moves
+		// data with Transport SGL Data Blocks, and says so by leaving
+		// the bit clear, as Linux nvmet does.
+		id.SGLS |= nvmeof.SGLSKeyedDataBlock
 	}
 	if c.discovery {
 		id.CNTRLTYPE = nvmeof.ControllerTypeDiscovery
@@ -123,6 +172,14 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		id.FRMW = 0
 	}
 	return id
+}
+
+// identifyNVM returns the NVM command set specific Identify Controller
+// data: Write Zeroes limited as the host library splits it (MDTS, in
+// 4 KiB pages; Write Zeroes moves no data, but hosts that read WZSL
+// keep to it), no other limit.
+func (c *controller) identifyNVM() nvmeof.IdentifyControllerNVM {
+	return nvmeof.IdentifyControllerNVM{WZSL: c.t.cfg.mdts()}
 }
 
 // identify returns the Identify Namespace data of ns.
@@ -247,16 +304,64 @@ func (c *controller) errorCount() uint64 {
 
 // --- Set Features and Get Features ---
 
-// featureChangeable is DW0 of Get Features with SEL 011b for every
-// feature this controller has: changeable, not saveable, not namespace
+// featureChangeable is DW0 of Get Features with SEL 011b for a feature
+// Set Features changes: changeable, not saveable, not namespace
 // specific.
 const featureChangeable = 1 << 2
+
+// featureValues holds the features that only store what the host sets
+// (controller.mu guards them). Arbitration, Power Management,
+// Temperature Threshold, Error Recovery and Write Atomicity Normal are
+// mandatory; the controller has no use for them but reports back what it
+// was told, as SPDK's nvmf_tgt does (Linux nvmet reports zeros and
+// refuses to set them).
+type featureValues struct {
+	arbitration    uint32
+	powerMgmt      uint32
+	tempOver       uint16 // composite temperature, over threshold (Kelvin)
+	tempUnder      uint16
+	errorRecovery  uint32
+	writeAtomicity uint32
+}
+
+// Feature values the host may set and get back.
+const (
+	// defaultTempOver is the over temperature threshold a controller
+	// starts with: 70 °C in Kelvin.
+	defaultTempOver = 343
+	// powerMgmtWH and powerMgmtPS are Workload Hint and Power State:
+	// NPSS is 0, so the one power state is 0.
+	powerMgmtWH = 0x7 << 5
+	// errRecoveryTLER is the Time Limited Error Recovery field; DULBE
+	// (bit 16) is not supported.
+	errRecoveryTLER  = 0xffff
+	errRecoveryDULBE = 1 << 16
+	// tempSelAll is TMPSEL 1111b: every sensor, in Set Features.
+	tempSelAll = 0xf
+	// aecDefined are the AEC bits the specification defines: the SMART
+	// critical warnings, the notices in bits 15:8, and Discovery Log
+	// Page Change. The others are reserved and dropped.
+	aecDefined nvmeof.AsyncEventConfig = 0xffff | nvmeof.AECDiscoveryLogPageChange
+	// hostIDSize is the 128-bit host identifier Get Features 81h returns.
+	hostIDSize = 16
+	// hostIDEXHID is CDW11 bit 0 of Get Features 81h: the 128-bit form.
+	hostIDEXHID = 1
+)
 
 func prepareFeatures(r *request) nvmeof.Status {
 	if r.cmd.Opcode == nvmeof.AdminSetFeatures && r.cmd.Save() {
 		return r.fail(nvmeof.StatusFeatureNotSaveable.WithDNR(), nvmeof.CommandOffsetCDW10)
 	}
-	// None of the features served carries a data buffer.
+	if r.cmd.Opcode == nvmeof.AdminGetFeatures && r.cmd.FID() == nvmeof.FeatureHostIdentifier &&
+		r.q.ctrl.featureSupported(nvmeof.FeatureHostIdentifier) && r.cmd.Select() != nvmeof.SelectCapabilities {
+		// Get Features Host Identifier returns the 128-bit host
+		// identifier as data.
+		if r.cmd.FeatureValue()&hostIDEXHID == 0 {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+		r.dir, r.dataLen = nvmeof.ControllerToHost, hostIDSize
+	}
+	// No other feature served carries a data buffer.
 	return nvmeof.StatusSuccess
 }
 
@@ -265,7 +370,9 @@ func (c *controller) featureSupported(fid nvmeof.FeatureID) bool {
 	switch fid {
 	case nvmeof.FeatureKeepAliveTimer, nvmeof.FeatureAsyncEventConfig:
 		return true
-	case nvmeof.FeatureNumberOfQueues, nvmeof.FeatureVolatileWriteCache:
+	case nvmeof.FeatureNumberOfQueues, nvmeof.FeatureVolatileWriteCache,
+		nvmeof.FeatureArbitration, nvmeof.FeaturePowerManagement, nvmeof.FeatureTemperatureThreshold,
+		nvmeof.FeatureErrorRecovery, nvmeof.FeatureWriteAtomicityNormal, nvmeof.FeatureHostIdentifier:
 		return !c.discovery
 	}
 	return false
@@ -277,6 +384,15 @@ func (c *controller) supportedEvents() nvmeof.AsyncEventConfig {
 		return nvmeof.AECDiscoveryLogPageChange
 	}
 	return nvmeof.AECNamespaceAttribute
+}
+
+// temperatureThreshold checks TMPSEL and THSEL of a Temperature
+// Threshold feature (CDW11 bits 19:16 and 21:20): sensors 0 (the
+// composite) to 8, or all of them (1111b, setAll) in Set Features, and
+// an over (0) or under (1) threshold.
+func temperatureThreshold(v uint32, setAll bool) (tmpsel, thsel uint32, ok bool) {
+	tmpsel, thsel = v>>16&0xf, v>>20&0x3
+	return tmpsel, thsel, thsel <= 1 && (tmpsel <= 8 || setAll && tmpsel == tempSelAll)
 }
 
 func executeSetFeatures(r *request) nvmeof.Status {
@@ -304,14 +420,43 @@ func executeSetFeatures(r *request) nvmeof.Status {
 		}
 		ctrl.setKeepAliveLocked(kato)
 	case nvmeof.FeatureAsyncEventConfig:
-		aec := nvmeof.AsyncEventConfig(v)
-		if aec&^ctrl.supportedEvents() != 0 {
-			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
-		}
-		ctrl.aec = aec
+		// Every defined bit is taken, as nvmet and SPDK take the SMART
+		// critical warnings (0x11F is what SPDK's host sends): events
+		// this controller never raises are never reported.
+		ctrl.aec = nvmeof.AsyncEventConfig(v) & aecDefined
 		ctrl.deliverEventsLocked()
 	case nvmeof.FeatureVolatileWriteCache:
 		ctrl.wce.Store(nvmeof.VolatileWriteCache(v).WCE())
+	case nvmeof.FeatureArbitration:
+		ctrl.feat.arbitration = v
+	case nvmeof.FeaturePowerManagement:
+		if v&^powerMgmtWH != 0 {
+			// A power state other than 0: NPSS is 0.
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+		ctrl.feat.powerMgmt = v
+	case nvmeof.FeatureTemperatureThreshold:
+		tmpsel, thsel, ok := temperatureThreshold(v, true)
+		if !ok {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+		if tmpsel == 0 || tmpsel == tempSelAll {
+			if thsel == 0 {
+				ctrl.feat.tempOver = uint16(v)
+			} else {
+				ctrl.feat.tempUnder = uint16(v)
+			}
+		}
+	case nvmeof.FeatureErrorRecovery:
+		if v&errRecoveryDULBE != 0 {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+		ctrl.feat.errorRecovery = v & errRecoveryTLER
+	case nvmeof.FeatureWriteAtomicityNormal:
+		ctrl.feat.writeAtomicity = v & 1
+	case nvmeof.FeatureHostIdentifier:
+		// On a fabrics controller the host identifier comes with Connect.
+		return r.fail(nvmeof.StatusCommandSequenceError.WithDNR(), nvmeof.CommandOffsetCDW10)
 	}
 	return nvmeof.StatusSuccess
 }
@@ -325,7 +470,9 @@ func executeGetFeatures(r *request) nvmeof.Status {
 		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
 	}
 	if sel == nvmeof.SelectCapabilities {
-		r.rsp.DW0 = featureChangeable
+		if fid != nvmeof.FeatureHostIdentifier {
+			r.rsp.DW0 = featureChangeable
+		}
 		return nvmeof.StatusSuccess
 	}
 	current := sel == nvmeof.SelectCurrent // default and saved are the same: nothing is saveable
@@ -354,6 +501,41 @@ func executeGetFeatures(r *request) nvmeof.Status {
 		if !current || ctrl.wce.Load() {
 			r.rsp.DW0 = 1
 		}
+	case nvmeof.FeatureArbitration:
+		if current {
+			r.rsp.DW0 = ctrl.feat.arbitration
+		}
+	case nvmeof.FeaturePowerManagement:
+		if current {
+			r.rsp.DW0 = ctrl.feat.powerMgmt
+		}
+	case nvmeof.FeatureTemperatureThreshold:
+		tmpsel, thsel, ok := temperatureThreshold(r.cmd.FeatureValue(), false)
+		if !ok {
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
+		var th uint16
+		switch {
+		case tmpsel != 0:
+			// No other sensor: their thresholds read as 0.
+		case thsel == 0 && current:
+			th = ctrl.feat.tempOver
+		case thsel == 0:
+			th = defaultTempOver
+		case current:
+			th = ctrl.feat.tempUnder
+		}
+		r.rsp.DW0 = uint32(th) | tmpsel<<16 | thsel<<20
+	case nvmeof.FeatureErrorRecovery:
+		if current {
+			r.rsp.DW0 = ctrl.feat.errorRecovery
+		}
+	case nvmeof.FeatureWriteAtomicityNormal:
+		if current {
+			r.rsp.DW0 = ctrl.feat.writeAtomicity
+		}
+	case nvmeof.FeatureHostIdentifier:
+		copy(r.data[:hostIDSize], ctrl.hostID[:])
 	}
 	return nvmeof.StatusSuccess
 }

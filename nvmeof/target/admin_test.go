@@ -46,7 +46,7 @@ func TestIdentifyControllerLinuxChecks(t *testing.T) {
 		assert.Equal(t, DefaultModelNumber, id.MN)
 		assert.Equal(t, DefaultFirmwareRevision, id.FR)
 		assert.Equal(t, testSubNQN, id.SUBNQN)
-		assert.Equal(t, nvmeof.Version1_3, id.VER)
+		assert.Equal(t, nvmeof.Version2_0, id.VER)
 		assert.Equal(t, uint8(6), id.MDTS, "256 KiB in 4 KiB pages")
 		assert.Equal(t, uint8(0x66), id.SQES)
 		assert.Equal(t, uint8(0x44), id.CQES)
@@ -120,7 +120,7 @@ func TestIdentifyNamespace(t *testing.T) {
 		requireStatus(t, nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), q.do(q.identifyCmd(nvmeof.CNSNamespaceIDDescriptors, 2), nil))
 
 		// CNS values not served: Invalid Field.
-		requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), q.do(q.identifyCmd(0x05, 1), nil))
+		requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), q.do(q.identifyCmd(0x10, 1), nil))
 	})
 }
 
@@ -246,8 +246,10 @@ func TestFeatures(t *testing.T) {
 		require.NoError(t, q.setFeature(nvmeof.FeatureKeepAliveTimer, 60000).cqe.Status.Err())
 		assert.Equal(t, uint32(60000), get(nvmeof.FeatureKeepAliveTimer, nvmeof.SelectCurrent).cqe.DW0)
 
-		// Asynchronous Event Configuration: only the namespace notice.
-		requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), q.setFeature(nvmeof.FeatureAsyncEventConfig, uint32(nvmeof.AECFirmwareActivation)))
+		// Asynchronous Event Configuration: every defined bit is taken
+		// (SPDK's host sends 0x11F), reserved bits are dropped.
+		require.NoError(t, q.setFeature(nvmeof.FeatureAsyncEventConfig, 0x11f|1<<20).cqe.Status.Err())
+		assert.Equal(t, uint32(0x11f), get(nvmeof.FeatureAsyncEventConfig, nvmeof.SelectCurrent).cqe.DW0)
 		require.NoError(t, q.setFeature(nvmeof.FeatureAsyncEventConfig, uint32(nvmeof.AECNamespaceAttribute)).cqe.Status.Err())
 		assert.Equal(t, uint32(nvmeof.AECNamespaceAttribute), get(nvmeof.FeatureAsyncEventConfig, nvmeof.SelectCurrent).cqe.DW0)
 
@@ -260,8 +262,28 @@ func TestFeatures(t *testing.T) {
 		// Capabilities: changeable, not saveable.
 		assert.Equal(t, uint32(featureChangeable), get(nvmeof.FeatureKeepAliveTimer, nvmeof.SelectCapabilities).cqe.DW0)
 
+		// The mandatory features that only hold what they are told.
+		for _, f := range []struct {
+			fid nvmeof.FeatureID
+			v   uint32
+		}{{nvmeof.FeatureArbitration, 0x01020307}, {nvmeof.FeaturePowerManagement, 2 << 5},
+			{nvmeof.FeatureErrorRecovery, 100}, {nvmeof.FeatureWriteAtomicityNormal, 1}} {
+			assert.Zero(t, get(f.fid, nvmeof.SelectCurrent).cqe.DW0, "%#x", f.fid)
+			require.NoError(t, q.setFeature(f.fid, f.v).cqe.Status.Err(), "%#x", f.fid)
+			assert.Equal(t, f.v, get(f.fid, nvmeof.SelectCurrent).cqe.DW0, "%#x", f.fid)
+			assert.Zero(t, get(f.fid, nvmeof.SelectDefault).cqe.DW0, "%#x", f.fid)
+		}
+		requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), q.setFeature(nvmeof.FeaturePowerManagement, 1))          // PS 1: NPSS is 0
+		requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), q.setFeature(nvmeof.FeatureErrorRecovery, 1<<16))        // DULBE
+		requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), q.setFeature(nvmeof.FeatureTemperatureThreshold, 2<<20)) // THSEL 2
+		assert.Equal(t, uint32(defaultTempOver), get(nvmeof.FeatureTemperatureThreshold, nvmeof.SelectCurrent).cqe.DW0)
+		require.NoError(t, q.setFeature(nvmeof.FeatureTemperatureThreshold, 300).cqe.Status.Err())
+		assert.Equal(t, uint32(300), get(nvmeof.FeatureTemperatureThreshold, nvmeof.SelectCurrent).cqe.DW0)
+		assert.Equal(t, uint32(defaultTempOver), get(nvmeof.FeatureTemperatureThreshold, nvmeof.SelectDefault).cqe.DW0)
+		// Host Identifier: set by Connect on a fabrics controller.
+		requireStatus(t, nvmeof.StatusCommandSequenceError.WithDNR(), q.setFeature(nvmeof.FeatureHostIdentifier, 1))
 		// Features not served, and Save: proper statuses.
-		for _, fid := range []nvmeof.FeatureID{nvmeof.FeatureArbitration, nvmeof.FeaturePowerManagement, nvmeof.FeatureHostIdentifier} {
+		for _, fid := range []nvmeof.FeatureID{0x08, 0x09, 0x7f} {
 			requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), q.setFeature(fid, 0))
 			requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), get(fid, nvmeof.SelectCurrent))
 		}

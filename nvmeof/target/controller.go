@@ -29,11 +29,14 @@ const (
 	// for the events this controller sends.
 	oaesNamespaceAttribute = uint32(nvmeof.AECNamespaceAttribute)
 	oaesDiscoveryLogChange = uint32(nvmeof.AECDiscoveryLogPageChange)
-	// specVersion is VS and VER: NVMe 1.3, whose admin and Fabrics
-	// commands this controller implements (Linux hosts then use the
-	// namespace identification descriptor list, and no 2.0-only
-	// command-set specific Identify).
-	specVersion = nvmeof.Version1_3
+	// specVersion is VS and VER: NVMe 2.0, as SPDK's nvmf_tgt reports
+	// (Linux nvmet reports 2.1). This controller has what 2.0 asks of a
+	// fabrics I/O controller of the NVM command set: I/O command set
+	// selection (CAP.CSS bit 6, CC.CSS 6), the I/O command set specific
+	// and independent Identify structures (CNS 05h, 06h, 08h, 1Ch), CSI
+	// in the namespace identification descriptors, and the mandatory
+	// features.
+	specVersion = nvmeof.Version2_0
 	// timeoutUnits is CAP.TO: how long a host waits for CSTS.RDY, in
 	// 500 ms units.
 	timeoutUnits = 15
@@ -75,6 +78,7 @@ type controller struct {
 	kato          time.Duration
 	kaTimer       *time.Timer
 	aec           nvmeof.AsyncEventConfig
+	feat          featureValues
 	aers          []*request // held Asynchronous Event Requests, oldest first
 	// An event is pending until an AER reports it, then masked until the
 	// host reads its log page with RAE cleared.
@@ -107,6 +111,7 @@ func newController(t *Target, sub *Subsystem, q *queue, data *nvmeof.ConnectData
 	c.log = t.log.With("subnqn", sub.nqn, "cntlid", c.cntlid, "hostnqn", c.hostNQN)
 	c.wce.Store(true)
 	c.traffic.Store(true)
+	c.feat.tempOver = defaultTempOver
 	if kato == 0 && c.discovery {
 		kato = DiscoveryKATO
 	}
@@ -122,13 +127,22 @@ func (c *controller) capabilities() nvmeof.CAP {
 	return cp.WithMQES(uint16(c.t.cfg.maxQueueEntries - 1)).
 		WithCQR(true).
 		WithTO(timeoutUnits).
-		WithCSS(nvmeof.CAPCSSNVM).
+		WithCSS(nvmeof.CAPCSSNVM | nvmeof.CAPCSSIOCommandSets).
 		WithMPSMIN(0).
 		WithMPSMAX(0)
 }
 
 // property returns the value of the property at offset, read with size.
+//
+// A 4-byte read of either half of CAP is answered with that half, as
+// SPDK's nvmf_tgt answers it (Linux nvmet refuses it); every other
+// size mismatch is refused.
 func (c *controller) property(offset uint32, size nvmeof.PropertySize) (uint64, nvmeof.Status) {
+	if size == nvmeof.PropertySize4 && (offset == nvmeof.PropertyCAP || offset == nvmeof.PropertyCAP+4) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return uint64(c.capabilities()) >> (8 * (offset - nvmeof.PropertyCAP)) & 0xffffffff, nvmeof.StatusSuccess
+	}
 	want, ok := nvmeof.PropertySizeAt(offset)
 	if !ok || offset == nvmeof.PropertyNSSR {
 		return 0, nvmeof.StatusInvalidField.WithDNR()
@@ -184,10 +198,13 @@ func (c *controller) setCC(v nvmeof.CC) {
 
 // configValid checks the CC fields an enable must get right: 64-byte SQ
 // and 16-byte CQ entries, 4 KiB pages, round robin arbitration, and the
-// NVM command set (or, on a discovery controller, admin only).
+// NVM command set or all supported I/O command sets (CAP.CSS bit 6: CSS
+// 6, what hosts that follow nvme-cli write, on discovery controllers
+// too), or, on a discovery controller, admin only. Reserved CC bits are
+// ignored.
 func (c *controller) configValid(v nvmeof.CC) bool {
 	entries := v.IOSQES() == 6 && v.IOCQES() == 4
-	css := v.CSS() == nvmeof.CCCSSNVM
+	css := v.CSS() == nvmeof.CCCSSNVM || v.CSS() == nvmeof.CCCSSAllIO
 	if c.discovery {
 		entries = entries || (v.IOSQES() == 0 && v.IOCQES() == 0)
 		css = css || v.CSS() == nvmeof.CCCSSAdminOnly
@@ -324,6 +341,23 @@ func (c *controller) holdAER(r *request) nvmeof.Status {
 	// response goes out from here.
 	c.deliverEventsLocked()
 	return statusHeld
+}
+
+// takeHeldAER removes and returns the Asynchronous Event Request held
+// with command ID cid, or nil. A host that submits a new command with the
+// CID of an AER it has stopped waiting for (SPDK's host does this after
+// dropping its AERs locally) has abandoned that AER: the new command is
+// run, as SPDK's nvmf_tgt runs it, and the old one is never answered.
+func (c *controller) takeHeldAER(cid uint16) *request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range c.aers {
+		if r.cmd.CID == cid {
+			c.aers = append(c.aers[:i], c.aers[i+1:]...)
+			return r
+		}
+	}
+	return nil
 }
 
 // deliverEventsLocked completes held AERs with pending, unmasked events.

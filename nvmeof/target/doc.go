@@ -174,6 +174,115 @@
 //     Transient Transport Error and does not run (its remaining H2CData
 //     PDUs are still taken).
 //
+// # What the target accepts
+//
+// The policy: accept what Linux nvmet (drivers/nvme/target) and SPDK's
+// nvmf_tgt (lib/nvmf) accept; ignore reserved fields on receive and zero
+// them on send; refuse only what the specifications require refusing or
+// what would be unsafe (framing that cannot be trusted, data outside
+// what a command moves). Where nvmet and SPDK differ, the target takes
+// what either takes when that is safe. Every check the target makes on
+// what it receives is a row below, with what nvmet and SPDK do (from
+// their sources: nvmet's tcp.c, core.c, admin-cmd.c, fabrics-cmd.c, in
+// the versions read, which are older than today's for nvmet; SPDK's
+// tcp.c and ctrlr.c at its HEAD of late 2026); "refuse" is a TermReq for
+// PDUs and an NVMe status for commands, "close" nvmet's fatal error
+// without a TermReq. Each row is tested both ways
+// (tolerance_test.go, tcp_test.go, badinput_test.go, fabrics_test.go,
+// admin_test.go, and nvmeof's TestTCPReceiverCheck).
+//
+//	Check                                     capsule                    nvmet                     SPDK
+//	----------------------------------------  -------------------------  ------------------------  ------------------------
+//	NVMe/TCP PDUs (nvmeof.TCPReceiver.Check, tcp_queue.go)
+//	PDU type not sent by hosts, unknown       refuse (FEI 0)             close                     refuse (FEI 0)
+//	anything before ICReq; a second ICReq     refuse, sequence error     close                     refuse, sequence error
+//	HLEN other than the type's                refuse (FEI 2)             close                     refuse (FEI 2)
+//	ICReq PLEN other than 128                 refuse (FEI 4)             close                     refuse (FEI 4)
+//	ICReq PFV not 0                           refuse, unsupported param  close                     refuse (FEI 8)
+//	ICReq HPDA above 31                       refuse, unsupported param  close if not 0            refuse (FEI 10)
+//	ICReq DGST reserved bits, FLAGS, PDO      ignore                     ignore                    ignore
+//	HDGSTF clear with header digest on        refuse (FEI 1)             close                     not read: framed by the
+//	                                                                                               negotiated digests
+//	DDGSTF clear on data, data digest on      refuse (FEI 1)             close                     not read
+//	digest flag for a digest not negotiated,  ignore                     ignore                    ignore
+//	  DDGSTF without data, flags the type
+//	  does not define (LAST_PDU, SUCCESS on
+//	  H2C PDUs, bits 7:4)
+//	PDO of a PDU without data (CapsuleCmd     ignore                     ignore                    ignore with CPDA 0 (ours)
+//	  without data, ICReq, TermReq)
+//	PDO inside the header or its digest       refuse (FEI 3): unsafe     not read: data taken      checked against CPDA
+//	                                                                     after the header          alignment only
+//	PDO past the smallest: padding            accept, skip it            not read                  accept, skip it
+//	in-capsule data above IOCCSZ (8 KiB+)     refuse (FEI 4)             SGL Offset Invalid        refuse
+//	CapsuleResp, R2T, C2HData from a host     refuse (FEI 0)             close                     refuse (FEI 0)
+//	H2CData above MAXH2CDATA                  refuse, limit exceeded     not checked               refuse
+//	H2CData TTAG, CCCID with no R2T, DATAO    refuse (FEI 8/10,          TTAG indexes commands;    refuse
+//	  not where the transfer is, past R2T      out of range)              DATAO: Invalid Field,
+//	                                                                     close
+//	H2CData DATAL other than its data;        refuse (FEI 16, 1)         not checked               checked against R2T
+//	  LAST_PDU wrong
+//	header digest mismatch                    refuse, digest error       close                     refuse, digest error
+//	data digest mismatch                      Transient Transport Error  close                     refuse (TermReq)
+//	                                          (the command does not run)
+//	SQEs (queue.go, dispatch.go)
+//	opcode or FCTYPE not served               Invalid Command Opcode     Invalid Opcode            Invalid Opcode
+//	CID of a command still outstanding        Command ID Conflict        not checked               not checked
+//	CID of a held AER (SPDK's host reuses it  run it; the AER is         not checked (runs)        not checked (runs)
+//	  for its shutdown)                        dropped unanswered
+//	more than SQSIZE outstanding              Command Sequence Error     not checked               not checked
+//	command before CC.EN and CSTS.RDY         Command Sequence Error     Command Sequence Error    Command Sequence Error
+//	PSDT, FUSE, byte 1 of a Fabrics command   ignore                     PSDT must be SGL (not     ignore
+//	                                                                     checked on fabrics)
+//	reserved command dwords                   ignore                     ignore                    ignore
+//	SGLs (nvmeof.SGLPolicy, dispatch.go)
+//	SGL of a command that moves no data       ignore, whatever it holds  ignore if length 0        ignore (opcode without
+//	  (Flush, Write Zeroes, Keep Alive...)                                                         data direction)
+//	type the transport does not use (Keyed   SGL Descriptor Type        SGL Invalid / Invalid     SGL Descriptor Type
+//	  on TCP, Transport on RDMA, Bit Bucket,   Invalid                    Field                     Invalid
+//	  Segment, Data Block with an address)
+//	length other than what the command moves  Data SGL Length Invalid    transfer length mismatch: Data SGL Length Invalid
+//	  (Dataset Management may describe more)                             Data SGL Length Invalid
+//	in-capsule offset or length past capsule  SGL Offset Invalid, Data   SGL Offset Invalid        SGL Offset Invalid
+//	                                          SGL Length Invalid
+//	in-capsule data for controller-to-host    Invalid Field              Invalid Field             Invalid Field
+//	Connect (fabrics.go, nvmeof.ConnectData.UnmarshalTolerant)
+//	unknown SUBNQN; no NUL in SUBNQN          Invalid Parameters (data   Invalid Parameters        Invalid Parameters
+//	                                          offset 256)
+//	HOSTNQN empty, not a valid NQN, text      accept; the allow-list     accept; allow-list        accept; allow-list
+//	  after its NUL                            decides                    decides                   decides
+//	HOSTNQN with no NUL                       Invalid Parameters (512)   cut at byte 255           Invalid Parameters
+//	host not on the allow-list                Connect Invalid Host       Invalid Host              Invalid Host
+//	static CNTLID on the admin queue; I/O     Invalid Parameters         Invalid Parameters        Invalid Parameters
+//	  queue of an unknown or other host's
+//	  controller; QID past the queues; SQSIZE
+//	  0 or too large
+//	second Connect on a queue                 Command Sequence Error     Command Sequence Error    Command Sequence Error
+//	Properties (controller.go)
+//	unknown offset; NSSR                      Invalid Field              Invalid Field             Invalid Parameter
+//	4-byte read of either half of CAP         accept                     Invalid Field             accept
+//	8-byte read of a 4-byte property          Invalid Field              Invalid Field             Invalid Parameter
+//	Property Set of CAP, VS, CSTS             Invalid Field              Invalid Field             Invalid Parameter
+//	CC.CSS 6 (all I/O command sets; hosts     accept (CAP.CSS bit 6),    accept                    accept
+//	  following nvme-cli write it, on
+//	  discovery controllers too)
+//	CC.CSS 7 on a discovery controller        accept                     refuse (CFS)              accept
+//	CC.CSS reserved (1-5), 7 on I/O           CFS                        CFS                       accept 1-5 (no check)
+//	CC IOSQES, IOCQES, MPS, AMS not supported CFS                        CFS                       refuse the Set
+//	CC reserved bits                          ignore                     ignore                    ignore (logged)
+//	Admin commands (admin.go)
+//	Identify CNS not served; CSI other than   Invalid Field              Invalid Field             Invalid Field (CNS);
+//	  NVM for CNS 05h, 06h, 07h                                                                    zeros (CSI)
+//	Get/Set Features 01h, 02h, 04h, 05h, 0Ah  held and reported back     Invalid Field (compiled   held and reported back
+//	                                                                     out: "no useful way")
+//	Set Power Management PS not 0; Error      Invalid Field              refused                   Invalid Field
+//	  Recovery DULBE; Temperature THSEL > 1
+//	Set Features 0Bh: any defined AEC bit     accept (0x11F from SPDK);  accept the defined bits   accept, reserved cleared
+//	                                          reserved bits dropped
+//	Set Features 81h (Host Identifier)        Command Sequence Error     Command Sequence Error    Command Sequence Error
+//	Get Features 81h without EXHID            Invalid Field              Invalid Field             Invalid Field
+//	Set Features with SV                      Feature Not Saveable       not checked               Feature Not Saveable
+//	a fifth AER held                          AER Limit Exceeded         AER Limit Exceeded        AER Limit Exceeded
+//
 // # Bad input
 //
 // Everything else gets its NVMe status (with DNR) and the connection
@@ -195,8 +304,10 @@
 //	Data SGL Length Invalid       an SGL that does not describe exactly the
 //	                              bytes the command moves (DSM may describe
 //	                              more); in-capsule data past the capsule
-//	SGL Descriptor Type Invalid   any SGL but Keyed Data Block, in-capsule
-//	                              Data Block and NULL
+//	SGL Descriptor Type Invalid   on a command that moves data, any SGL but
+//	                              the transport's own (Keyed Data Block on
+//	                              RDMA, Transport Data Block on TCP),
+//	                              in-capsule Data Block and NULL
 //	SGL Offset Invalid            an in-capsule offset past the capsule
 //	Command Sequence Error        admin and I/O commands before CC.EN=1 and
 //	                              CSTS.RDY=1 or after a shutdown; a second
@@ -204,7 +315,9 @@
 //	                              Queues after I/O queues exist; more than SQSIZE
 //	                              commands outstanding (SQSIZE is 0's based: a
 //	                              queue of SQSIZE+1 entries is full with SQSIZE)
-//	Command ID Conflict           a CID still outstanding on the queue
+//	Command ID Conflict           a CID still outstanding on the queue (but
+//	                              the CID of a held AER: the AER is dropped
+//	                              and the new command runs)
 //	Connect Invalid Parameters    unknown subsystem, static CNTLID, I/O queue of
 //	                              a controller that does not exist or is another
 //	                              host's, QID beyond the queues granted, queue
@@ -245,9 +358,14 @@
 //
 // # Sharp edges
 //
-//   - Identify reports NVMe 1.3: this controller implements what 1.3
-//     asks of a fabrics controller and none of the 2.0 command-set
-//     specific Identify structures, which Linux hosts would then ask for.
+//   - VS and Identify report NVMe 2.0, as SPDK does: CAP.CSS has the NVM
+//     command set and "I/O command sets" (bit 6); Identify serves CNS 00h
+//     to 03h, 05h to 08h and 1Ch (one command set combination, NVM);
+//     namespace identification descriptors carry CSI 0. It has no
+//     Commands Supported and Effects log (LPA does not claim one), no
+//     reservations and no ANA.
+//   - Identify SGLS claims Keyed SGL Data Blocks only on RDMA
+//     controllers, as nvmet does (SPDK claims them on TCP too).
 //   - An NVMe/TCP queue keeps twice its largest number of entries in
 //     slots, each with a data buffer that grows on first use to the
 //     capsule size or to MDTS and stays: a host that keeps many large

@@ -65,7 +65,7 @@ func executeConnect(r *request) nvmeof.Status {
 		return fieldStatus(r, err)
 	}
 	var d nvmeof.ConnectData
-	if err := d.UnmarshalBinary(r.data[:nvmeof.ConnectDataSize]); err != nil {
+	if err := d.UnmarshalTolerant(r.data[:nvmeof.ConnectDataSize]); err != nil {
 		return fieldStatus(r, err)
 	}
 	q, t := r.q, r.q.t

@@ -24,6 +24,9 @@ type queueTransport interface {
 	// finish and deliver their responses, and then disconnects. Safe from
 	// any goroutine.
 	drain()
+	// abandon frees r's slot without a response: the host reused the CID
+	// of a held AER (controller.takeHeldAER). On the queue's goroutine.
+	abandon(r *request)
 }
 
 // action is what a binding does with a command after queue.begin.
@@ -104,7 +107,7 @@ func (q *queue) limit() int32 {
 func (q *queue) begin(r *request) action {
 	cid := r.cmd.CID
 	w, bit := &q.cids[cid>>6], uint64(1)<<(cid&63)
-	if w.Or(bit)&bit != 0 {
+	if w.Or(bit)&bit != 0 && !q.abandonHeldAER(cid) {
 		q.outstanding.Add(1)
 		r.rsp.Status = nvmeof.StatusCommandIDConflict.WithDNR()
 		r.errLoc = nvmeof.CommandOffsetCID
@@ -128,6 +131,28 @@ func (q *queue) begin(r *request) action {
 		return actFetch
 	}
 	return actExecute
+}
+
+// abandonHeldAER frees a held Asynchronous Event Request with command ID
+// cid, on the admin queue, so that a new command may take the CID. The
+// AER's place in the queue is given back (SQHD moves past it, as if it
+// had completed) and the CID stays in use, now by the new command.
+func (q *queue) abandonHeldAER(cid uint16) bool {
+	if q.qid != 0 || q.ctrl == nil {
+		return false
+	}
+	old := q.ctrl.takeHeldAER(cid)
+	if old == nil {
+		return false
+	}
+	q.ctrl.log.Debug("a held Asynchronous Event Request abandoned: its CID was reused", "cid", cid)
+	old.cidHeld = false
+	if !q.sqFlowOff {
+		q.advanceSQHD()
+	}
+	q.outstanding.Add(-1)
+	q.tr.abandon(old)
+	return true
 }
 
 // dispatch finds the handler, runs its checks and prepare, and checks the
@@ -167,11 +192,18 @@ func (q *queue) dispatch(r *request) nvmeof.Status {
 	if h.ready && !ctrl.ready.Load() {
 		return r.fail(nvmeof.StatusCommandSequenceError.WithDNR(), nvmeof.CommandOffsetOpcode)
 	}
-	if !r.sglStatus.Success() {
-		return r.fail(r.sglStatus.WithDNR(), nvmeof.CommandOffsetDPTR)
-	}
 	if st := h.prepare(r); !st.Success() {
 		return st
+	}
+	if r.dataLen == 0 {
+		// A command with no data to move completes whatever SGL1 holds:
+		// SPDK's nvmf_tgt ignores SGL1 of a command without data, Linux
+		// nvmet one of length 0 (a Write Zeroes with a Data Block of
+		// length 0 is what one Linux-style host sends).
+		return nvmeof.StatusSuccess
+	}
+	if !r.sglStatus.Success() {
+		return r.fail(r.sglStatus.WithDNR(), nvmeof.CommandOffsetDPTR)
 	}
 	if r.sglInCapsule && r.dir != nvmeof.HostToController && r.sglLen > 0 {
 		// In-capsule data only carries data to the controller.

@@ -452,7 +452,15 @@ func (q *rdmaQueue) postBatch() {
 	q.batch = q.batch[:0]
 }
 
-// onResponseSent frees slot s once its response went out.
+// abandon implements queueTransport: the slot is freed unanswered.
+func (q *rdmaQueue) abandon(r *request) {
+	if !q.onResponseSent(&q.slots[r.index]) {
+		q.qp.SetError()
+	}
+}
+
+// onResponseSent frees slot s once its response went out (or, from
+// abandon, without one).
 func (q *rdmaQueue) onResponseSent(s *rdmaSlot) bool {
 	r := &s.req
 	if b := s.large; b != nil {

@@ -285,7 +285,7 @@ func (q *tcpQueue) onICReq(b []byte) error {
 	q.ddgst = ic.Digest&nvmeof.TCPDataDigest != 0
 	q.recv.Initialized = true
 	q.recv.HeaderDigest, q.recv.DataDigest = q.hdgst, q.ddgst
-	resp := nvmeof.TCPICResp{Digest: ic.Digest, MAXH2CDATA: uint32(q.maxH2C)}
+	resp := nvmeof.TCPICResp{Digest: ic.Digest & (nvmeof.TCPHeaderDigest | nvmeof.TCPDataDigest), MAXH2CDATA: uint32(q.maxH2C)}
 	q.wmu.Lock()
 	n, _ := resp.MarshalTo(q.out[:])
 	_, err := q.conn.Write(q.out[:n])
@@ -557,6 +557,13 @@ func (q *tcpQueue) respond(r *request) {
 	_, err := s.bufs.WriteTo(q.conn)
 	q.wmu.Unlock()
 	q.responded(s, err)
+}
+
+// abandon implements queueTransport: the slot goes back unanswered.
+func (q *tcpQueue) abandon(r *request) {
+	s := &q.slots[r.index]
+	r.data = nil
+	q.releaseSlot(s)
 }
 
 // reply is respond on the reader: the response waits in pend and goes

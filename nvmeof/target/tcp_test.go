@@ -364,13 +364,13 @@ func TestTCPHostilePeers(t *testing.T) {
 		x.expectTerm(nvmeof.TCPFESDataLimitExceeded, 0)
 		check()
 	})
-	t.Run("PDO not matching CPDA", func(t *testing.T) {
+	t.Run("PDO inside the header", func(t *testing.T) {
 		x := dialTCP(t, tt.url, 0)
 		x.write(hextest.Decode(t, `
 			04          # CapsuleCmd
 			00          # FLAGS
 			48          # HLEN 72
-			50          # PDO 80: padding, with CPDA 0
+			40          # PDO 64: the data would overlap the SQE
 			50040000    # PLEN 1104
 		`))
 		x.expectTerm(nvmeof.TCPFESInvalidHeaderField, nvmeof.TCPOffsetPDO)
