@@ -51,7 +51,7 @@ func (s *Store) autoCommit() {
 		s.lmu.Lock()
 		need := s.resvLimit-s.pops <= uint64(s.resvSize/2) || s.trimWanted ||
 			(s.opts.commit > 0 && s.alloc.waiting() >= s.opts.commit) ||
-			s.shortSealed >= maxPrepare/2 ||
+			s.shortCold >= maxPrepare/2 ||
 			(timed && (s.ckptNeeded || len(s.dirtySlots) > 0))
 		s.lmu.Unlock()
 		if !need {
@@ -203,14 +203,25 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 	// slots of the current reservation and reserves only a few more, so
 	// that the slots it gives back are free for punchFree; the next
 	// checkpoint reserves as usual, from slots that have no blocks now.
+	//
+	// When flushes wrote short stripes into slots without blocks (short),
+	// the head shrinks to what the flushes may take during this
+	// checkpoint, and the rest of the reservation is taken afresh from
+	// the lowest free slots, which overwrites and the cleaner left, and
+	// which have blocks: a FUA load soon flushes one disk cache per write.
 	trim := s.trimWanted
 	s.trimWanted = false
+	short := s.shortCold
+	s.shortCold = 0
 	head, size := min(len(s.resv), s.resvHead), s.resvSize
+	if short > 0 {
+		head = min(head, max(resvHeadMin, 2*short))
+	}
 	if trim {
 		head = min(len(s.resv), resvHeadMin)
 		size = head + maxPrepare
 	}
-	if len(s.resv) > head && (trim || s.alloc.freeBelow(s.resv[len(s.resv)-1])) {
+	if len(s.resv) > head && (trim || short > 0 || s.alloc.freeBelow(s.resv[len(s.resv)-1])) {
 		for _, slot := range s.resv[head:] {
 			s.alloc.abort(slot)
 		}
@@ -221,17 +232,17 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 		s.resv = append(s.resv, s.alloc.get())
 	}
 	// Slots for the short stripes of flushes to come: as many as flushes
-	// sealed since the last snapshot, and a few more; after a trim, all
-	// the few it reserved, for the writes that end the idle time.
+	// sealed into cold slots since the last snapshot, and a few more;
+	// after a trim, all the few it reserved, for the writes that end the
+	// idle time.
 	var prep []uint64
-	if short := s.shortSealed; short > 0 || trim {
+	if short > 0 || trim {
 		n := min(len(s.resv)-fresh, 2*short+resvHeadMin, maxPrepare)
 		if trim {
 			n = len(s.resv) - fresh
 		}
 		prep = append(prep, s.resv[fresh:fresh+n]...)
 	}
-	s.shortSealed = 0
 	b.resv = append([]uint64(nil), s.resv...)
 	pops := s.pops
 	s.resvLimit = min(s.resvLimit, pops+uint64(head))

@@ -170,13 +170,17 @@
 // flush, as on a plain file, not one per shard. Each device knows which
 // slots its file has blocks for (SEEK_DATA at Open, then every slot
 // written whole and synced); a write anywhere else has its own fdatasync,
-// which allocates. So that flushes' short stripes find blocks, a
-// checkpoint that follows short stripes writes zeros over up to 64 of
-// its new reserved slots that have none (prepareSlots: the log cannot use
-// them before the checkpoint completes, and they hold nothing), and
-// 32 short stripes kick a checkpoint. The log takes reserved slots in
-// order, so a FUA load shares flushes once it has used up the slots
-// reserved before it began.
+// which allocates. So that flushes' short stripes find blocks, 32 short
+// stripes sealed into slots without blocks kick a checkpoint, which keeps
+// only as much of the reservation's head as the flushes may use while it
+// runs, takes the rest afresh from the lowest free slots (those
+// overwrites and the cleaner left, which have blocks), and writes zeros
+// over the few of its new slots that still have none (prepareSlots: the
+// log cannot use them before the checkpoint completes, and they hold
+// nothing): a FUA load shares flushes after its first few dozen writes.
+// The flush writes the stripe it seals itself, and starts every
+// device's write-back before it waits for the first, so a lone FUA write
+// waits for no other goroutine.
 //
 // A flush does not touch the metadata: the roll-forward at Open finds
 // the stripes written since the last checkpoint (below). Unmaps, chunk

@@ -163,6 +163,13 @@ func syncFiles(tasks []flushTask) {
 			alone = append(alone, i)
 		}
 	}
+	if len(alone) == 0 && len(groups) == 1 {
+		// One disk (the common case): no goroutine to hand off to.
+		for _, g := range groups {
+			syncGroup(tasks, g)
+		}
+		return
+	}
 	var wg sync.WaitGroup
 	for _, i := range alone {
 		wg.Add(1)
@@ -199,7 +206,15 @@ func syncGroup(tasks []flushTask, g []int) {
 			ms[n].whole = t.syncBegin()
 		}
 	}
-	each := func(fn func(m *member)) {
+	// each runs fn on every member, at once when more than one of the
+	// busy members blocks.
+	each := func(busy int, fn func(m *member)) {
+		if busy <= 1 {
+			for n := range ms {
+				fn(&ms[n])
+			}
+			return
+		}
 		var wg sync.WaitGroup
 		for n := range ms {
 			wg.Add(1)
@@ -212,15 +227,29 @@ func syncGroup(tasks []flushTask, g []int) {
 	}
 	// Write back the devices that need no metadata, then sync the others:
 	// their fdatasyncs, issued after the write-backs completed, flush
-	// the disk for everyone.
-	each(func(m *member) {
-		if !m.own {
-			tasks[m.i].err = tasks[m.i].f.alloc.shared.WriteBack()
+	// the disk for everyone. The write-backs are started all at once,
+	// then waited for one after the other, from this goroutine: the
+	// disk serves them together, and a lone FUA write's flush hands off to
+	// no other goroutine.
+	for n := range ms {
+		if !ms[n].own {
+			tasks[ms[n].i].err = tasks[ms[n].i].f.alloc.shared.StartWriteBack()
 		}
-	})
+	}
+	for n := range ms {
+		if tk := &tasks[ms[n].i]; !ms[n].own && tk.err == nil {
+			tk.err = tk.f.alloc.shared.WriteBack()
+		}
+	}
+	own := 0
+	for n := range ms {
+		if ms[n].own {
+			own++
+		}
+	}
 	flushed := false
 	var mu sync.Mutex
-	each(func(m *member) {
+	each(own, func(m *member) {
 		if !m.own {
 			return
 		}
@@ -244,6 +273,26 @@ func syncGroup(tasks []flushTask, g []int) {
 			}
 		}
 	}
+}
+
+// slotAllocatedLocked reports whether every writable device that tracks
+// its blocks has them for slot, so that a short stripe there shares its
+// disk's flush; true when no device tracks (nothing to prepare). lmu is
+// held.
+func (s *Store) slotAllocatedLocked(slot uint64) bool {
+	for _, d := range s.devs {
+		f := d.files.Load()
+		if !d.writable() || f == nil || f.alloc == nil {
+			continue
+		}
+		f.alloc.mu.Lock()
+		done := bitSet(f.alloc.done, slot)
+		f.alloc.mu.Unlock()
+		if !done {
+			return false
+		}
+	}
+	return true
 }
 
 // maxPrepare bounds the slots one checkpoint prepares (prepareSlots).

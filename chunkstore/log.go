@@ -168,9 +168,18 @@ func (s *Store) takeRuns() []sumRun {
 // full, short (each shard as long as the data needs, RAID-Z style)
 // otherwise. lmu is held.
 func (s *Store) sealLocked() {
+	if o := s.sealOpenLocked(); o != nil {
+		go s.writeLog(o)
+	}
+}
+
+// sealOpenLocked closes the open stripe, if it holds anything, and returns
+// it for the caller to write (writeLog, or writeLogStripe and
+// finishLocked): it counts as in flight. lmu is held.
+func (s *Store) sealOpenLocked() *logStripe {
 	o := s.open
 	if o == nil || o.n == 0 {
-		return
+		return nil
 	}
 	s.open = nil
 	k := s.geo.Data
@@ -184,17 +193,18 @@ func (s *Store) sealLocked() {
 	si.ext.ShardLen = o.shardLen
 	si.sectors = int32(o.n)
 	s.dataCap -= int64(s.capSectors() - k*per)
-	if o.n < s.capSectors() {
-		// Flushes are using slots one short stripe each: a checkpoint
-		// prepares more (prepareSlots).
-		if s.shortSealed++; s.shortSealed == maxPrepare/2 {
+	if o.n < s.capSectors() && !s.slotAllocatedLocked(o.slot) {
+		// Flushes are writing short stripes into slots the shard files
+		// have no blocks for, an fdatasync per device each: a checkpoint
+		// gives the log allocated slots first (prepareSlots).
+		if s.shortCold++; s.shortCold == maxPrepare/2 {
 			s.kickCommit()
 		}
 	}
 	s.unwritten[o.seq] = o
 	s.sealed = o.seq
 	s.inflight++
-	go s.writeLog(o)
+	return o
 }
 
 // writeLog writes a sealed stripe and makes its slot point at the disk.
@@ -396,10 +406,19 @@ func (s *Store) flushLog(through uint64) error {
 func (s *Store) writeOutLocked(through uint64) (uint64, error) {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
+	var mine *logStripe
 	if s.open != nil && s.open.seq <= through {
-		s.sealLocked()
+		mine = s.sealOpenLocked()
 	}
 	target := s.sealed
+	if mine != nil {
+		// The flush writes the stripe it sealed itself: a FUA write then
+		// waits for no other goroutine before its sync.
+		s.lmu.Unlock()
+		err := s.writeLogStripe(mine)
+		s.lmu.Lock()
+		s.finishLocked(mine, err)
+	}
 	for {
 		waiting := false
 		for seq := range s.unwritten {

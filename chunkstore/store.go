@@ -164,7 +164,7 @@ type Store struct {
 	dataCap     int64    // sectors those stripes can hold (capOf; the open one counts full)
 	ckptNeeded  bool     // a change the roll-forward cannot redo (unmap, chunk record) waits for a checkpoint
 	ckptBusy    bool     // a checkpoint in flight carries such changes (it took ckptNeeded)
-	shortSealed int      // short stripes sealed since the last checkpoint's snapshot
+	shortCold   int      // short stripes sealed into slots without blocks since the last checkpoint's snapshot
 	maxRuns     int
 	scratch     []pageRun
 	runPool     [][]sumRun

@@ -785,6 +785,16 @@ func (h *memHandle) Punch(off, n int64) error {
 	return nil
 }
 
+// StartWriteBack implements SharedFlush: in the model only WriteBack puts
+// bytes on the device.
+func (h *memHandle) StartWriteBack() error {
+	if err := h.begin("writeback"); err != nil {
+		return err
+	}
+	h.fs.mu.Unlock()
+	return nil
+}
+
 // Allocated implements SharedFlush.
 func (h *memHandle) Allocated(fn func(off, n int64)) error {
 	if err := h.begin("allocated"); err != nil {

@@ -52,6 +52,19 @@ func (f osFile) WriteBack() error {
 	}
 }
 
+// StartWriteBack implements SharedFlush with sync_file_range(2)'s WRITE.
+func (f osFile) StartWriteBack() error {
+	for {
+		err := unix.SyncFileRange(int(f.f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+		if err != unix.EINTR {
+			if err != nil {
+				return &os.PathError{Op: "sync_file_range", Path: f.f.Name(), Err: err}
+			}
+			return nil
+		}
+	}
+}
+
 // Allocated implements SharedFlush with lseek(2)'s SEEK_DATA and
 // SEEK_HOLE.
 func (f osFile) Allocated(fn func(off, n int64)) error {

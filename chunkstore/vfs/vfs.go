@@ -93,6 +93,11 @@ type SharedFlush interface {
 	// WriteBack writes the file's dirty bytes to the device and waits for
 	// them (sync_file_range(2): WAIT_BEFORE, WRITE, WAIT_AFTER).
 	WriteBack() error
+	// StartWriteBack starts writing the file's dirty bytes to the device
+	// and does not wait (sync_file_range(2): WRITE), so that the write-backs
+	// of several files, then waited for by WriteBack one after the other,
+	// run at once. Only WriteBack counts for the flush.
+	StartWriteBack() error
 	// Allocated calls fn for each byte range of the file that has blocks
 	// (SEEK_DATA, SEEK_HOLE), in order. Sync the file first: Linux counts
 	// dirty pages not yet allocated as data.
