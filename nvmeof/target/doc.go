@@ -283,6 +283,15 @@
 //	Set Features with SV                      Feature Not Saveable       not checked               Feature Not Saveable
 //	a fifth AER held                          AER Limit Exceeded         AER Limit Exceeded        AER Limit Exceeded
 //
+// Every command the target accepts is answered: exactly one completion
+// with its CID, or the connection ends with the reason in the log.
+// TestEveryCommandAnswered (answered_test.go) holds the target to it with
+// random and mutated SQEs (every opcode, SGL type, PSDT and FUSE value,
+// reserved bits) on the admin and an I/O queue, over NVMe/TCP and the
+// shm RDMA provider. The exceptions are by design: an Asynchronous Event
+// Request is held until an event, and one whose CID the host reuses is
+// dropped (above).
+//
 // # Bad input
 //
 // Everything else gets its NVMe status (with DNR) and the connection
