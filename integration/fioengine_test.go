@@ -55,10 +55,12 @@ func TestFioEngine(t *testing.T) {
 	for i, url := range urls {
 		base := []string{"--offset=" + []string{"0", "32m", "64m"}[i]}
 		t.Run(strings.SplitN(url, ":", 2)[0], func(t *testing.T) {
+			before := strings.Count(tgt.stderr.String(), controllerCreated)
 			out, err := engineFio(t, engine, url, append(base, "--name=rand", "--rw=randwrite", "--bs=4k",
 				"--iodepth=16", "--numjobs=2", "--size=4m", "--offset_increment=4m", "--do_verify=1")...)
 			require.NoError(t, err, out)
 			assert.Contains(t, out, "err= 0", out)
+			assert.Equal(t, 2, strings.Count(tgt.stderr.String(), controllerCreated)-before, "each job its own controller")
 			out, err = engineFio(t, engine, url, append(base, "--name=seq", "--rw=write", "--bs=1m",
 				"--iodepth=4", "--size=16m", "--offset_increment=0", "--fua=1", "--fsync=4", "--end_fsync=1",
 				"--do_verify=1")...)
@@ -134,11 +136,15 @@ func (p *fioProcess) wait(t *testing.T, d time.Duration) (string, error) {
 	return "", nil
 }
 
+// controllerCreated is what the target logs for each controller of its
+// default NVM subsystem.
+const controllerCreated = `msg="controller created" subnqn=nqn.2026-11.io.capsule:default`
+
 // connected waits until a host has connected to tgt's NVM subsystem (on
 // a loaded machine fio takes a while to start).
 func connected(t *testing.T, tgt *daemon) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(tgt.stderr.String(), `msg="controller created" subnqn=nqn.2026-11.io.capsule:default`); {
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(tgt.stderr.String(), controllerCreated); {
 		require.True(t, time.Now().Before(deadline), "no host connected in 30 s; target stderr:\n%s", tgt.stderr)
 		time.Sleep(50 * time.Millisecond)
 	}
