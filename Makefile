@@ -30,10 +30,12 @@ run: build
 
 # bin/fio-capsule.so: fio's external ioengine over the Go host library
 # (cmd/fio-capsule), built against the installed fio's own headers.
+# FIO_ENGINE_TAGS=rdma links the verbs provider in (rdma:// URLs).
+FIO_ENGINE_TAGS ?=
 fio-engine:
 	./scripts/fio-src.sh $(FIO_SRC)
-	CGO_CFLAGS="$(FIO_CGO_CFLAGS)" $(GO) vet -tags fioengine ./cmd/fio-capsule
-	CGO_CFLAGS="$(FIO_CGO_CFLAGS)" $(GO) build -tags fioengine -buildmode=c-shared -o $(BIN)/fio-capsule.so ./cmd/fio-capsule
+	CGO_CFLAGS="$(FIO_CGO_CFLAGS)" $(GO) vet -tags "fioengine $(FIO_ENGINE_TAGS)" ./cmd/fio-capsule
+	CGO_CFLAGS="$(FIO_CGO_CFLAGS)" $(GO) build -tags "fioengine $(FIO_ENGINE_TAGS)" -buildmode=c-shared -o $(BIN)/fio-capsule.so ./cmd/fio-capsule
 	rm -f $(BIN)/fio-capsule.h
 
 deps:
