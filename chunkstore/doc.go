@@ -147,17 +147,21 @@
 // shards at ceil(d/K) sectors each (zero-padded), with M parity shards of
 // that length: a complete stripe of its own width, checksummed and
 // verified like a full one, whose slot's unused space the cleaner
-// reclaims. The alternative, keeping partial stripes as M+1 replicas and
-// aggregating them into full stripes later (DAOS), writes (M+1)·d now and
-// 1.5·d again later; a short stripe writes K·ceil(d/K) + M·ceil(d/K)
-// sectors once, plus a 4 KiB header region per shard, and its parity is
-// right from the start, so one code path serves reads, reconstruction,
-// scrub and rebuild. In figures, 4+2 with 64 KiB units: a full stripe
-// writes 408 KiB for 256 KiB (1.59×: 1.5 for parity, 1.06 for the header
-// regions); a short stripe of one 4 KiB sector writes six 8 KiB shard
-// writes (12×; replicas would write three of them, 6×, then 1.59× more
-// to aggregate), of 4 sectors 3×, of 16 sectors 1.9×, and the cleaner
-// later moves what is still live (1.59× of that). Group commit makes short
+// reclaims. Data shards that hold only padding (all of them past the
+// first ceil(d / ceil(d/K))) are not written: the slot record's sector
+// count says which they are (extent.Zero), reads, reconstruction, scrub
+// and the roll-forward take them as zeros without reading, and a
+// device that is out loses nothing of them. The alternative, keeping
+// partial stripes as M+1 replicas and aggregating them into full stripes
+// later (DAOS), writes (M+1)·d now and 1.5·d again later; a short stripe
+// writes about d + M·ceil(d/K) sectors once, plus a 4 KiB header region
+// per shard written, and its parity is right from the start, so one code
+// path serves reads, reconstruction, scrub and rebuild. In figures, 4+2
+// with 64 KiB units: a full stripe writes 408 KiB for 256 KiB (1.59×: 1.5
+// for parity, 1.06 for the header regions); a short stripe of one 4 KiB
+// sector writes three 8 KiB shards (6×, as replicas would, without their
+// 1.59× more to aggregate), of 4 sectors 3×, of 16 sectors 1.9×, and
+// the cleaner later moves what is still live (1.59× of that). Group commit makes short
 // stripes rare under load: every Sync and FUA write that arrives while a
 // flush is running is covered by the next one, which seals one stripe
 // holding all their data and makes every device written since the last
@@ -476,9 +480,9 @@
 //
 // # Sharp edges
 //
-//   - A lone flushed 4 KiB sector costs a short stripe: six shard writes
-//     and a slot for the cleaner to reclaim. Zero-padding data shards are
-//     written too; not writing them would halve that.
+//   - A lone flushed 4 KiB sector costs a short stripe: three shard
+//     writes (one data, two parity at 4+2) and a slot for the cleaner to
+//     reclaim.
 //   - Sharing a cache flush relies on the file system writing allocated
 //     blocks in place and on fdatasync flushing the disk even for a file
 //     with nothing dirty: ext4 in its default data=ordered mode and XFS do.

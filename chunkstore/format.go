@@ -504,6 +504,10 @@ type extent struct {
 	Gen      uint64
 	Missing  uint64
 	ShardLen int
+	// Zero, not on disk (derived from the slot's sector count:
+	// Store.zeroShards), marks the data shards, by index, that hold only
+	// a short stripe's zero padding: never written, read as zeros.
+	Zero uint64
 }
 
 func (e *extent) putBody(b []byte) {

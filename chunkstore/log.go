@@ -191,6 +191,7 @@ func (s *Store) sealOpenLocked() *logStripe {
 	clear((*o.buf)[o.n*SectorSize : k*o.shardLen])
 	si := &s.slots[o.slot]
 	si.ext.ShardLen = o.shardLen
+	si.ext.Zero = s.zeroShards(si.key, o.shardLen, o.n)
 	si.sectors = int32(o.n)
 	s.dataCap -= int64(s.capSectors() - k*per)
 	if o.n < s.capSectors() && !s.slotAllocatedLocked(o.slot) {
@@ -222,7 +223,7 @@ func (s *Store) writeLogStripe(o *logStripe) error {
 		data[j] = (*o.buf)[j*o.shardLen : (j+1)*o.shardLen]
 	}
 	ws := []stripeWrite{{key: stripeKey{Owner: logOwner, Index: o.slot}, data: data, summary: o.runs}}
-	exts := []extent{{Slot: o.slot, Gen: o.gen, ShardLen: o.shardLen}}
+	exts := []extent{{Slot: o.slot, Gen: o.gen, ShardLen: o.shardLen, Zero: s.zeroShards(ws[0].key, o.shardLen, o.n)}}
 	err := s.writeStripesAt(ws, exts)
 	o.lost = exts[0].Missing
 	return err

@@ -151,7 +151,7 @@ func TestDegradedAndCorrupt(t *testing.T) {
 		ext, _, unlock := s.lockStripe(ref)
 		unlock()
 		shard := r.IntN(s.n)
-		for s.devOf(ext.Slot, shard) == 5 {
+		for s.devOf(ext.Slot, shard) == 5 || ext.Zero&(1<<shard) != 0 {
 			shard = r.IntN(s.n)
 		}
 		f, err := td.mem[s.devOf(ext.Slot, shard)].OpenFile(shardFile, os.O_RDWR)

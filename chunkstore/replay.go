@@ -1,6 +1,10 @@
 package chunkstore
 
-import "github.com/capsule-storage/capsule/chunkstore/vfs"
+import (
+	"math/bits"
+
+	"github.com/capsule-storage/capsule/chunkstore/vfs"
+)
 
 // readHeader reads the header region of shard i of slot and decodes its
 // header and, for a version 2 header, the stripe summary after it.
@@ -43,7 +47,7 @@ func (s *Store) summaryOf(key stripeKey, ext extent, sectors int) ([]sumRun, err
 	}
 	var last error
 	for i := range s.n {
-		if ext.Missing&(1<<s.devOf(ext.Slot, i)) != 0 {
+		if ext.Missing&(1<<s.devOf(ext.Slot, i)) != 0 || ext.Zero&(1<<i) != 0 {
 			continue
 		}
 		hdr, runs, err := s.readHeader(ext.Slot, i, nil)
@@ -120,7 +124,7 @@ func (s *Store) replayStripe(slot uint64, logGen uint64) bool {
 			gen = g
 		}
 	}
-	if votes[gen] < s.geo.Data {
+	if votes[gen] == 0 {
 		return false
 	}
 	var ref *view
@@ -139,12 +143,22 @@ func (s *Store) replayStripe(slot uint64, logGen uint64) bool {
 		return false
 	}
 	key := stripeKey{Owner: logOwner, Index: slot}
-	ext := extent{Slot: slot, Gen: gen, ShardLen: L}
+	// A short stripe's zero padding was never written: those shards count
+	// as good without a header (their slots hold older stripes' bytes,
+	// of generations the checkpoint knows).
+	ext := extent{Slot: slot, Gen: gen, ShardLen: L, Zero: s.zeroShards(key, L, sectors)}
+	if votes[gen]+bits.OnesCount64(ext.Zero) < s.geo.Data {
+		return false
+	}
 	// Every sector of every shard that claims the stripe must verify.
 	var bad uint64
 	good := 0
 	buf := make([]byte, L)
 	for i, v := range views {
+		if ext.Zero&(1<<i) != 0 {
+			good++
+			continue
+		}
 		if v.err != nil || v.hdr.Gen != gen || v.hdr.Length != L {
 			bad |= 1 << s.devOf(slot, i)
 			continue

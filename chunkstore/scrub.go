@@ -327,7 +327,7 @@ func (s *Store) rewriteShards(ref stripeRef, ext extent, c *stripeCheck, rep *Sc
 		// Every shard's header carries the stripe's summary: take it from
 		// a good shard.
 		for i := range s.n {
-			if c.bad&(1<<i) != 0 {
+			if c.bad&(1<<i) != 0 || ext.Zero&(1<<i) != 0 {
 				continue
 			}
 			hdr, runs, err := s.readHeader(ext.Slot, i, nil)
@@ -427,7 +427,7 @@ type RebuildOptions struct {
 type RebuildReport struct {
 	Stripes       int64 // stripes of the store when the pass began
 	Rebuilt       int64 // stripes whose shard was written to the device
-	Skipped       int64 // already complete (written after the rebuild began, or before a resume point)
+	Skipped       int64 // already complete (written after the rebuild began, or before a resume point), or zero padding there
 	Unrecoverable int64 // stripes with fewer than K good shards elsewhere
 	Bytes         int64 // bytes read
 }
@@ -599,7 +599,8 @@ func (s *Store) rebuildStripe(ref stripeRef, pos int, startGen uint64, rep *Rebu
 		rep.Skipped++
 		return 0, nil
 	}
-	if ext.Gen >= startGen && ext.Missing&(1<<pos) == 0 {
+	if ext.Gen >= startGen && ext.Missing&(1<<pos) == 0 || ext.Zero&(1<<s.shardOf(ext.Slot, pos)) != 0 {
+		// Written since the rebuild began, or zero padding there.
 		rep.Skipped++
 		return 0, nil
 	}

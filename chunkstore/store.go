@@ -612,6 +612,7 @@ func (s *Store) load(st *metaState) {
 	for slot, r := range st.slots {
 		si := s.slotAt(slot)
 		*si = slotInfo{used: true, key: r.Key, ext: r.Ext, sectors: int32(r.Sectors)}
+		si.ext.Zero = s.zeroShards(r.Key, r.Ext.ShardLen, r.Sectors)
 		s.dataSlots++
 		s.dataCap += s.capOf(si)
 		if !s.alloc.markUsed(slot) {

@@ -275,14 +275,20 @@ func (s *Store) writeStripesAt(ws []stripeWrite, exts []extent) error {
 	errs := make([]error, s.n)
 	parallel(s.n, bytes >= parallelMin, func(pos int) {
 		d := s.devs[pos]
-		if !d.writable() {
-			errs[pos] = errUnavailable
-			return
-		}
 		var list [maxBatch]devWrite
 		writes := list[:0]
 		for j, e := range exts {
-			writes = append(writes, devWrite{stripe: j, shard: s.shardOf(e.Slot, pos), slot: e.Slot})
+			// A short stripe's zero padding is not written.
+			if i := s.shardOf(e.Slot, pos); e.Zero&(1<<i) == 0 {
+				writes = append(writes, devWrite{stripe: j, shard: i, slot: e.Slot})
+			}
+		}
+		if len(writes) == 0 {
+			return
+		}
+		if !d.writable() {
+			errs[pos] = errUnavailable
+			return
 		}
 		errs[pos] = s.writeDeviceShards(d, ws, exts, shards, writes)
 	})
@@ -418,6 +424,10 @@ func (s *Store) writeShard(d *device, key stripeKey, slot, gen uint64, i int, pa
 // its CRC32C. a must be sector-aligned; b is sector-aligned or the shard's
 // end.
 func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byte) error {
+	if ext.Zero&(1<<i) != 0 {
+		clear(dst) // zero padding, never written
+		return nil
+	}
 	pos := s.devOf(ext.Slot, i)
 	d := s.devs[pos]
 	f := d.files.Load()
@@ -475,6 +485,24 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 
 // shardUsable reports whether shard i of ext is worth reading as a first
 // choice: its device is healthy and it is not marked missing.
+// zeroShards returns the data shards (bit i for shard i) of a log stripe
+// of the given shard length holding sectors that hold only zero padding:
+// a short stripe lays its sectors over the first ceil(sectors/per) data
+// shards, per = shardLen / SectorSize, and the rest are zeros, which the
+// parity covers as it would written zeros. Full stripes and stripes of
+// format version 1 have none.
+func (s *Store) zeroShards(key stripeKey, shardLen, sectors int) uint64 {
+	per := shardLen / SectorSize
+	if key.Owner != logOwner || per <= 0 || sectors <= 0 {
+		return 0
+	}
+	var m uint64
+	for i := (sectors + per - 1) / per; i < s.geo.Data; i++ {
+		m |= 1 << i
+	}
+	return m
+}
+
 func (s *Store) shardUsable(ext extent, i int) bool {
 	pos := s.devOf(ext.Slot, i)
 	return ext.Missing&(1<<pos) == 0 && s.devs[pos].readable()
@@ -635,8 +663,14 @@ func (p *readPart) covers(RA, RB int) bool { return p.err == nil && p.A <= RA &&
 func (s *Store) candidates(ext extent, exclude uint64, out []int) []int {
 	var last [MaxDevices]int
 	nl := 0
+	// Zero padding costs no read: first.
+	for i := range s.geo.Data {
+		if ext.Zero&^exclude&(1<<i) != 0 {
+			out = append(out, i)
+		}
+	}
 	for i := range s.n {
-		if exclude&(1<<i) != 0 {
+		if exclude&(1<<i) != 0 || ext.Zero&(1<<i) != 0 {
 			continue
 		}
 		pos := s.devOf(ext.Slot, i)
@@ -789,6 +823,10 @@ func (s *Store) examineStripe(key stripeKey, ext extent, skip uint64) *stripeChe
 	errs := make([]error, s.n)
 	parallel(s.n, ext.ShardLen*s.n >= parallelMin, func(i int) {
 		tmps[i] = s.bufs.shard()
+		if ext.Zero&(1<<i) != 0 {
+			clear((*tmps[i])[:ext.ShardLen]) // padding: known, never bad
+			return
+		}
 		if skip&(1<<i) != 0 {
 			errs[i] = errUnavailable
 			return
@@ -838,7 +876,7 @@ func (s *Store) examineStripe(key stripeKey, ext extent, skip uint64) *stripeChe
 	culprit := -1
 	var fix [][]byte
 	for g := range s.n {
-		if orig[g] == nil {
+		if orig[g] == nil || ext.Zero&(1<<g) != 0 {
 			continue
 		}
 		trial := make([][]byte, s.n)
