@@ -4,7 +4,15 @@
 # directory is on the same disk (never tmpfs), each exported by its own
 # bin/mount --nbd bridge over shm://, driven by fio's nbd engine. Every
 # repetition measures, in this order:
-#   seqwrite-1MiB   1 MiB sequential writes at QD8, ec beside file (bar 0.55)
+#   seqwrite-1MiB   1 MiB sequential writes at QD8, ec beside file (bar 0.55),
+#                   and beside what the disk itself takes: fio's direct
+#                   1 MiB writes at QD8 to a file in the same directory
+#                   (disk-direct). The file namespace's writes overwrite a
+#                   1 GiB file in the page cache; the ec store's go to the
+#                   log, 1.59 device bytes per host byte, and its
+#                   checkpoints make them durable: on a disk slower than
+#                   the page cache, its ceiling is the disk's bandwidth
+#                   over 1.59, 0.63 of disk-direct.
 #   randwrite-4KiB  4 KiB random writes at QD32, ec beside file (bar 0.50, goal 0.80)
 #   randread-4KiB   4 KiB random reads at QD32, ec beside file, and beside
 #                   the same on the v1 engine (copy-on-write stripes): a
@@ -388,6 +396,14 @@ for rep in $(seq "$count"); do
 		want seqwrite || break
 		record seqwrite-1MiB "$p" "$(bridge_run "$p" 1 --rw=write --bs=1m --iodepth=8 --runtime="$runtime")"
 	done
+	if want seqwrite; then
+		read -r iops bw _ <<<"$(fio_json "$work/fio.json" --name=disk --filename="$work/disk-direct" --size="${size_mib}m" \
+			--rw=write --bs=1m --iodepth=8 --ioengine=libaio --direct=1 --time_based --runtime="$runtime")"
+		rm -f "$work/disk-direct"
+		mbs="$(awk -v b="$bw" 'BEGIN { printf "%.1f", b / 1e6 }')"
+		printf '   %-15s %-13s %9.0f IOPS %7.1f MB/s\n' seqwrite-1MiB disk-direct "$iops" "$mbs"
+		echo "BenchmarkECWrite/seqwrite-1MiB/disk-direct 1 $iops IOPS $mbs MB/s" >>"$results"
+	fi
 	for p in capsule-ec capsule-file; do
 		want randwrite || break
 		record randwrite-4KiB "$p" "$(bridge_run "$p" 1 --rw=randwrite --bs=4k --iodepth=32 --norandommap --runtime="$runtime")"
