@@ -87,6 +87,13 @@ type serveConfig struct {
 	// ScrubInterval is the time from the end of one full scrub pass to
 	// the start of the next.
 	ScrubInterval time.Duration
+	// OverProvision is the dead space the store's cleaner lets a busy
+	// store hold, as a fraction of its live data
+	// (chunkstore.WithOverProvision); IdleCompaction the time without I/O
+	// after which it compacts the store and gives free space back to the
+	// file system (chunkstore.WithIdleCompaction), 0 never.
+	OverProvision  float64
+	IdleCompaction time.Duration
 
 	// RPCSocket is the admin socket's path; "" is DATA/capsule.sock.
 	RPCSocket string
@@ -174,15 +181,17 @@ func parseNamespaceSpec(s string) (namespaceSpec, error) {
 func defaultServeConfig() serveConfig {
 	ns, _ := parseNamespaceSpec(defaultNamespace)
 	return serveConfig{
-		Listeners:     append([]string(nil), defaultListeners...),
-		DataDir:       defaultDataDir,
-		Namespaces:    []namespaceSpec{ns},
-		FS:            defaultFSName,
-		NQN:           defaultNQN,
-		BlockSize:     defaultBlockSize,
-		Geometry:      chunkstore.DefaultGeometry,
-		ScrubRate:     defaultScrubRate,
-		ScrubInterval: defaultScrubInterval,
+		Listeners:      append([]string(nil), defaultListeners...),
+		DataDir:        defaultDataDir,
+		Namespaces:     []namespaceSpec{ns},
+		FS:             defaultFSName,
+		NQN:            defaultNQN,
+		BlockSize:      defaultBlockSize,
+		Geometry:       chunkstore.DefaultGeometry,
+		ScrubRate:      defaultScrubRate,
+		ScrubInterval:  defaultScrubInterval,
+		OverProvision:  chunkstore.DefaultOverProvision,
+		IdleCompaction: chunkstore.DefaultIdleAfter,
 	}
 }
 
@@ -260,6 +269,12 @@ func (c *serveConfig) Validate() error {
 		}
 		if c.ScrubRate > 0 && c.ScrubInterval <= 0 {
 			return fmt.Errorf("--scrub-interval %s: want a positive duration, such as 24h", c.ScrubInterval)
+		}
+		if c.OverProvision != 0 && !(c.OverProvision >= 0.05 && c.OverProvision <= 16) {
+			return fmt.Errorf("--over-provision %g: want 0.05 to 16", c.OverProvision)
+		}
+		if c.IdleCompaction < 0 {
+			return fmt.Errorf("--idle-compaction %s: want 0 (never) or a positive duration", c.IdleCompaction)
 		}
 	}
 	if err := checkMetricsAddr(c.Metrics); err != nil {
@@ -368,6 +383,10 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 				Usage: "background scrub reads at most `BYTES` per second, e.g. 16MiB; 0 turns the scrubber off"},
 			&cli.DurationFlag{Name: "scrub-interval", Value: d.ScrubInterval,
 				Usage: "time from the end of one full background scrub pass to the start of the next"},
+			&cli.Float64Flag{Name: "over-provision", Value: d.OverProvision,
+				Usage: "dead space the store's cleaner lets a busy store hold, as a `FRACTION` of its live data (0.05 to 16): more saves writes, less saves space"},
+			&cli.DurationFlag{Name: "idle-compaction", Value: d.IdleCompaction,
+				Usage: "after this long without I/O, compact the store to 1.1 × its live data and punch its free space out of the shard files; 0 never"},
 			&cli.StringFlag{Name: "nqn", Value: d.NQN, Usage: "NQN of the subsystem"},
 			&cli.StringSliceFlag{Name: "allow-host", Usage: "host NQN allowed to connect (repeatable)"},
 			&cli.BoolFlag{Name: "allow-any-host", Usage: "let every host connect, on any listener"},
@@ -400,18 +419,20 @@ func formatRate(n int64) string {
 // serveConfigFromFlags reads and validates the flags of `target serve`.
 func serveConfigFromFlags(c *cli.Context) (serveConfig, error) {
 	cfg := serveConfig{
-		Listeners:     c.StringSlice("listen"),
-		DataDir:       c.String("data"),
-		NQN:           c.String("nqn"),
-		AllowHosts:    c.StringSlice("allow-host"),
-		AllowAnyHost:  c.Bool("allow-any-host"),
-		BlockSize:     c.Int("block-size"),
-		Devices:       c.StringSlice("device"),
-		ScrubInterval: c.Duration("scrub-interval"),
-		FS:            c.String("fs"),
-		RPCSocket:     c.String("rpc-socket"),
-		ConfigFile:    c.String("config"),
-		Metrics:       c.String("metrics"),
+		Listeners:      c.StringSlice("listen"),
+		DataDir:        c.String("data"),
+		NQN:            c.String("nqn"),
+		AllowHosts:     c.StringSlice("allow-host"),
+		AllowAnyHost:   c.Bool("allow-any-host"),
+		BlockSize:      c.Int("block-size"),
+		Devices:        c.StringSlice("device"),
+		ScrubInterval:  c.Duration("scrub-interval"),
+		OverProvision:  c.Float64("over-provision"),
+		IdleCompaction: c.Duration("idle-compaction"),
+		FS:             c.String("fs"),
+		RPCSocket:      c.String("rpc-socket"),
+		ConfigFile:     c.String("config"),
+		Metrics:        c.String("metrics"),
 	}
 	for _, f := range subsystemFlags {
 		if c.IsSet(f) {
@@ -598,7 +619,12 @@ func configError(cfg serveConfig, err error) error {
 // creates it when none of its devices holds any part of a store yet.
 func openServeStore(cfg serveConfig, log *slog.Logger) (*chunkstore.Store, error) {
 	dirs := cfg.storeDirs()
-	s, err := chunkstore.OpenOrCreateDirs(dirs, chunkstore.WithGeometry(cfg.Geometry), chunkstore.WithLogger(log))
+	opts := []chunkstore.Option{chunkstore.WithGeometry(cfg.Geometry), chunkstore.WithLogger(log)}
+	if cfg.OverProvision != 0 {
+		opts = append(opts, chunkstore.WithOverProvision(cfg.OverProvision))
+	}
+	opts = append(opts, chunkstore.WithIdleCompaction(chunkstore.DefaultIdleOverProvision, cfg.IdleCompaction))
+	s, err := chunkstore.OpenOrCreateDirs(dirs, opts...)
 	if errors.Is(err, chunkstore.ErrFormatV1) {
 		return nil, formatV1Error(cfg.DataDir)
 	}

@@ -99,7 +99,7 @@ func TestServeFlags(t *testing.T) {
 		"--nqn", "nqn.2026-11.io.capsule:box", "--allow-host", "nqn.2014-08.org.nvmexpress:uuid:1",
 		"--allow-host", "nqn.2014-08.org.nvmexpress:uuid:2", "--block-size", "4096", "--namespace", "ec:vol1:2GiB",
 		"--ec", "2+1", "--device", "/d0", "--device", "/d1", "--device", "/d2",
-		"--scrub-rate", "100MiB/s", "--scrub-interval", "1h")
+		"--scrub-rate", "100MiB/s", "--scrub-interval", "1h", "--over-provision", "0.5", "--idle-compaction", "10s")
 	require.NoError(t, err)
 	assert.Equal(t, serveConfig{
 		Listeners: []string{"iwarp://0.0.0.0:4420", "shm://other"},
@@ -114,6 +114,8 @@ func TestServeFlags(t *testing.T) {
 		Devices:        []string{"/d0", "/d1", "/d2"},
 		ScrubRate:      100 << 20,
 		ScrubInterval:  time.Hour,
+		OverProvision:  0.5,
+		IdleCompaction: 10 * time.Second,
 		SubsystemFlags: []string{"listen", "namespace", "nqn", "allow-host"},
 	}, cfg, "an allow-list, so not any host")
 	assert.Equal(t, []string{"/d0", "/d1", "/d2"}, cfg.storeDirs())
@@ -159,6 +161,8 @@ func TestServeFlagValidation(t *testing.T) {
 		{[]string{"--namespace", "mem:1MiB", "--device", "/a"}, "no --namespace is ec:NAME:SIZE"},
 		{[]string{"--scrub-rate", "fast"}, "--scrub-rate"},
 		{[]string{"--scrub-interval", "0s"}, "--scrub-interval"},
+		{[]string{"--over-provision", "0.01"}, "--over-provision 0.01: want 0.05 to 16"},
+		{[]string{"--idle-compaction", "-1s"}, "--idle-compaction"},
 		{[]string{"--metrics", "9464"}, "--metrics 9464: want HOST:PORT"},
 		{[]string{"--metrics", "127.0.0.1:http"}, "the port must be a number"},
 	} {
