@@ -50,6 +50,10 @@ func prepareIdentify(r *request) nvmeof.Status {
 			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
 		}
 	case nvmeof.CNSControllerCommandSet:
+		// Another CSI is refused, as nvmet refuses it: SPDK's host asks
+		// for KV and ZNS whatever the controller reports, and takes a
+		// structure of zeros (what SPDK's target answers) for support of
+		// that command set, then fails on the ZNS log pages.
 		if ctrl.discovery || r.cmd.CSI() != nvmeof.CSINVM {
 			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
 		}

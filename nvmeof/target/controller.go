@@ -443,7 +443,7 @@ func (c *controller) logError(q *queue, r *request) {
 		CID:     r.cmd.CID,
 		Status:  r.rsp.Status,
 		NSID:    r.cmd.NSID,
-		TRTYPE:  nvmeof.TransportRDMA,
+		TRTYPE:  q.transportType(),
 		Opcode:  r.cmd.Opcode,
 		Version: 1,
 	}

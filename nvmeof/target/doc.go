@@ -270,8 +270,10 @@
 //	CC IOSQES, IOCQES, MPS, AMS not supported CFS                        CFS                       refuse the Set
 //	CC reserved bits                          ignore                     ignore                    ignore (logged)
 //	Admin commands (admin.go)
-//	Identify CNS not served; CSI other than   Invalid Field              Invalid Field             Invalid Field (CNS);
-//	  NVM for CNS 05h, 06h, 07h                                                                    zeros (CSI)
+//	Identify CNS not served                   Invalid Field              Invalid Field             Invalid Field
+//	Identify CNS 05h, 06h, 07h for a CSI      Invalid Field (SPDK's      Invalid Field             zeros for 05h, 06h (its
+//	  other than NVM                           host asks for KV and ZNS                             host then takes ZNS for
+//	                                           and copes with it)                                   supported)
 //	Get/Set Features 01h, 02h, 04h, 05h, 0Ah  held and reported back     Invalid Field (compiled   held and reported back
 //	                                                                     out: "no useful way")
 //	Set Power Management PS not 0; Error      Invalid Field              refused                   Invalid Field

@@ -267,6 +267,15 @@ func (q *queue) advanceSQHD() uint16 {
 	}
 }
 
+// transportType is the NVMe transport type of q's binding, for the
+// error log.
+func (q *queue) transportType() nvmeof.TransportType {
+	if _, tcp := q.tr.(*tcpQueue); tcp {
+		return nvmeof.TransportTCP
+	}
+	return nvmeof.TransportRDMA
+}
+
 // closed tells the core that the binding is tearing the queue down: the
 // controller forgets it, and losing the admin queue ends the controller.
 // The binding calls it once, on the queue's goroutine, before it stops the

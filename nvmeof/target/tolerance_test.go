@@ -234,11 +234,24 @@ func TestToleranceIdentifyTCP(t *testing.T) {
 	require.True(t, cqe.Status.Success(), cqe.Status.String())
 	assert.Equal(t, []byte{1, 0, 0, 0, 0}, b[:5])
 
-	// Another command set: Invalid Field.
+	// Another command set: Invalid Field, as nvmet answers (SPDK's
+	// zeros make SPDK's own host take ZNS for supported).
 	for _, cns := range []nvmeof.CNS{nvmeof.CNSControllerCommandSet, nvmeof.CNSNamespaceCommandSet, nvmeof.CNSActiveNamespaceListCommandSet} {
 		cqe, _ = identifyTCP(x, cns, 1, nvmeof.CSIZNS)
 		assert.Equal(t, nvmeof.StatusInvalidField.WithDNR().String(), cqe.Status.String(), "CNS %#x", cns)
 	}
+
+	// The error log names the transport the command came on.
+	c := nvmeof.Command{Opcode: nvmeof.AdminGetLogPage, CID: x.nextCID()}
+	require.NoError(t, c.SetGetLogPage(nvmeof.LogErrorInformation, 0, nvmeof.ErrorLogEntrySize))
+	c.DPTR = nvmeof.TransportSGL{Length: nvmeof.ErrorLogEntrySize}.Descriptor()
+	x.write(x.capsule(c, nil))
+	cqe, b = x.response()
+	require.True(t, cqe.Status.Success(), cqe.Status.String())
+	var e nvmeof.ErrorLogEntry
+	require.NoError(t, e.UnmarshalBinary(b))
+	assert.Equal(t, nvmeof.TransportTCP, e.TRTYPE)
+	assert.Equal(t, nvmeof.AdminIdentify, e.Opcode)
 }
 
 func TestToleranceNoDataAnySGL(t *testing.T) {
