@@ -18,11 +18,14 @@
 #                   the same on the v1 engine (copy-on-write stripes): a
 #                   bin/target built from V1_COMMIT, with a v1 store of its
 #                   own on the same disk (R7′: no slower than before, ±10 %)
-#   fua-4KiB        4 KiB random writes at QD1, each followed by a flush:
-#                   fio --fsync=1 through the bridge on ec (and on file, for
-#                   reference), beside fio psync --fdatasync=1 on a plain
-#                   file in the same directory; p50 of write + sync (bar:
-#                   ec at most 1.5 × the plain file)
+#   fua-4KiB        4 KiB FUA writes at QD1 with fio's capsule engine
+#                   (bin/fio-capsule.so, one hop over shm, --fua=1) on ec
+#                   and on file, beside fio psync --fdatasync=1 on a plain
+#                   file in the same directory: p50 of the FUA write
+#                   against that of write + fdatasync (bar: ec at most
+#                   1.5 × the plain file); and, for tools that speak only
+#                   NBD, 4 KiB writes each followed by a flush through the
+#                   bridge (fio --fsync=1), p50 of write + sync
 #   write-amp       4 KiB random overwrites at QD32 of the filled ec volume
 #                   for RUNTIME_WA seconds: the target's write_bytes
 #                   (/proc/PID/io) over the bytes fio wrote (bar 2.5, goal 1.8)
@@ -96,6 +99,7 @@ avail="$(df --output=avail -B1M "$dir" | tail -1 | tr -d ' ')"
 if [ -z "$bench_out" ]; then
 	go build -o bin/target ./cmd/target
 	go build -o bin/mount ./cmd/mount
+	make -s fio-engine >/dev/null
 fi
 
 work="$(mktemp -d "$dir/capsule-ecwrite.XXXXXX")"
@@ -274,6 +278,23 @@ record() {
 	echo "BenchmarkECWrite/$1/$2 1 $iops IOPS $mbs MB/s $total cpu-µs/IO $tcpu target-µs/IO $bcpu bridge-µs/IO" >>"$results"
 }
 
+# engine_fua PATH: 4 KiB FUA writes at QD1 with fio's capsule engine on
+# the ec (capsule-ec-engine) or file namespace (capsule-file-engine), one
+# hop over shm; p50 submission to completion. CPU is the target's.
+engine_fua() {
+	local p="$1" nsid=1 t0 t1 r iops bw ios bytes lat sync tcpu
+	[ "$p" = capsule-file-engine ] && nsid=2
+	t0="$(cpu "$target_pid")"
+	r="$(fio_json "$work/fio.json" --name="$p" --ioengine=external:bin/fio-capsule.so --thread=1 --uri="$shm" --nsid="$nsid" \
+		--rw=randwrite --bs=4k --iodepth=1 --fua=1 --lat_percentiles=1 --time_based --runtime="$runtime" --randrepeat=0)"
+	t1="$(cpu "$target_pid")"
+	read -r iops bw ios bytes lat sync <<<"$r"
+	tcpu="$(awk -v t=$((t1 - t0)) -v n="$ios" -v hz="$tck" 'BEGIN { n = n > 0 ? n : 1; printf "%.1f", t * 1e6 / hz / n }')"
+	printf '   %-15s %-19s p50 %7.1f µs (FUA write) %7.0f IOPS   cpu %s µs/IO (target)\n' fua-4KiB "$p" \
+		"$(awk -v n="$lat" 'BEGIN { print n / 1e3 }')" "$iops" "$tcpu"
+	echo "BenchmarkECWrite/fua-4KiB/$p 1 $lat p50-ns $iops IOPS $tcpu target-µs/IO" >>"$results"
+}
+
 # fua PATH: 4 KiB random writes at QD1, each followed by a flush, through
 # PATH's bridge (fio's nbd engine turns --fsync into NBD_CMD_FLUSH; it
 # refuses --fdatasync with EINVAL), or on the plain file with psync and
@@ -413,6 +434,7 @@ for rep in $(seq "$count"); do
 		record randread-4KiB "$p" "$(bridge_run "$p" 0 --rw=randread --bs=4k --iodepth=32 --norandommap --runtime="$runtime")"
 	done
 	if want fua; then
+		for p in capsule-ec-engine capsule-file-engine; do engine_fua "$p"; done
 		for p in capsule-ec capsule-file plain-file; do fua "$p"; done
 	fi
 	if want write-amp; then write_amp; fi
