@@ -211,4 +211,10 @@ if [ -z "$only" ] || [ "$only" = ecwrite ]; then
 	ecwrite
 	echo
 fi
+# R11: spdk_nvme_perf against capsule and SPDK's nvmf_tgt, where SPDK is
+# (SPDK_DIR, ../shared/tools/spdk); scripts/spdkbench.sh prints its table.
+if [ -z "$only" ]; then
+	BENCH_OUT="$out" COUNT="$reps" RUNTIME="$runtime" ./scripts/spdkbench.sh
+	echo
+fi
 go run ./internal/benchtable <"$out"
