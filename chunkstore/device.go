@@ -182,7 +182,7 @@ func openBolt(fsys vfs.FS) (*bolt.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(p, 0o644, &bolt.Options{Timeout: boltLockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	db, err := bolt.Open(p, 0o600, &bolt.Options{Timeout: boltLockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, errBoltTimeout) {
 			return nil, fmt.Errorf("%w: %s: %v", ErrDeviceBusy, p, err)

@@ -35,7 +35,7 @@ func (o *OSFS) OpenFile(name string, flag int) (File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(p, flag, 0o644)
+	f, err := os.OpenFile(p, flag, 0o600)
 	if err != nil {
 		return nil, err
 	}
