@@ -254,6 +254,20 @@ func FuzzConnectData(f *testing.F) {
 			err := d.UnmarshalBinary(sized(b, ConnectDataSize))
 			require.ErrorIs(t, err, StatusConnectInvalidParameters, "every refusal answers the Connect")
 		}
+		// The tolerant decoder a controller uses takes everything the
+		// strict one takes, the same way, and refuses only with Connect
+		// Invalid Parameters.
+		for _, in := range [][]byte{b, sized(b, ConnectDataSize)} {
+			var strict, tolerant ConnectData
+			serr, terr := strict.UnmarshalBinary(in), tolerant.UnmarshalTolerant(in)
+			switch {
+			case serr == nil:
+				require.NoError(t, terr)
+				require.Equal(t, strict, tolerant)
+			case terr != nil && len(in) == ConnectDataSize:
+				require.ErrorIs(t, terr, StatusConnectInvalidParameters)
+			}
+		}
 	})
 }
 
