@@ -15,6 +15,7 @@ import (
 
 	capfs "github.com/capsule-storage/capsule/fs"
 	"github.com/capsule-storage/capsule/fs/fusefs"
+	"github.com/capsule-storage/capsule/internal/cliexit"
 )
 
 // runFUSE mounts the target's file service at MOUNTPOINT with FUSE
@@ -48,7 +49,7 @@ func runFUSE(c *cli.Context) error {
 	client, err := capfs.Dial(dialCtx, c.String("target"), opts...)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", c.String("target"), err)
+		return fmt.Errorf("connecting to %s: %s", c.String("target"), cliexit.Cause(err))
 	}
 	defer client.Close()
 

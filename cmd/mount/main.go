@@ -12,12 +12,18 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/capsule-storage/capsule/internal/admin"
+	"github.com/capsule-storage/capsule/internal/cliexit"
 )
 
 // defaultNQN is the subsystem bin/target serves when given no --nqn.
@@ -29,7 +35,7 @@ func newApp() *cli.App {
 		Usage:     "mount capsule's file service (FUSE) or export a block namespace (NBD)",
 		ArgsUsage: "MOUNTPOINT (FUSE mode; none with --nbd)",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "target", Usage: "target `URL`: iwarp://HOST:PORT, shm://NAME, tcp://HOST:PORT", Required: true},
+			&cli.StringFlag{Name: "target", Usage: "target `URL` (required): iwarp://HOST:PORT, shm://NAME, tcp://HOST:PORT"},
 			&cli.StringFlag{Name: "nqn", Value: defaultNQN, Usage: "subsystem `NQN` to connect to"},
 			&cli.StringFlag{Name: "hostnqn", Usage: "host `NQN` to present (default: the machine's, from /etc/nvme/hostnqn or derived from /etc/machine-id)"},
 			&cli.DurationFlag{Name: "reconnect-timeout", Value: 30 * time.Second, Usage: "how long operations wait for a lost target before failing with EIO"},
@@ -49,6 +55,20 @@ func newApp() *cli.App {
 			&cli.BoolFlag{Name: "fuse-debug", Usage: "log every FUSE request and reply to stderr (FUSE mode)"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.String("target") == "" {
+				return cliexit.Usage("--target URL is required: the target to connect to, such as iwarp://127.0.0.1:4420 (see mount --help)")
+			}
+			if err := checkTargetURL(c.String("target")); err != nil {
+				return cliexit.Usage("--target %s: %v", c.String("target"), err)
+			}
+			if h := c.String("hostnqn"); h != "" {
+				if err := admin.CheckNQN(h); err != nil {
+					return cliexit.Usage("--hostnqn %q: %v", h, err)
+				}
+			}
+			if err := admin.CheckNQN(c.String("nqn")); err != nil {
+				return cliexit.Usage("--nqn %q: %v", c.String("nqn"), err)
+			}
 			if c.IsSet("nbd") {
 				if c.NArg() != 0 {
 					return cli.Exit("mount: --nbd takes no MOUNTPOINT", 2)
@@ -63,11 +83,34 @@ func newApp() *cli.App {
 	}
 }
 
+// main exits 1 for a failure and 2 for misuse (internal/cliexit), with
+// the error in one line on stderr.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newApp().RunContext(ctx, os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "mount:", err)
-		os.Exit(1)
+	code := cliexit.Run(ctx, newApp(), os.Args)
+	stop()
+	os.Exit(code)
+}
+
+// checkTargetURL checks --target's syntax before anything is dialed: a
+// known scheme, and HOST:PORT with a numeric port for all but shm://NAME.
+func checkTargetURL(u string) error {
+	if err := admin.CheckListenURL(u); err != nil {
+		return err
 	}
+	scheme, rest, _ := strings.Cut(u, "://")
+	if i := strings.LastIndexByte(scheme, '+'); i >= 0 {
+		scheme = scheme[i+1:]
+	}
+	if scheme == "shm" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		return fmt.Errorf("want %s://HOST:PORT", scheme)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
 }

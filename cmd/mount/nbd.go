@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/capsule-storage/capsule/internal/cliexit"
 	"github.com/capsule-storage/capsule/internal/nbd"
 	"github.com/capsule-storage/capsule/internal/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/nvmeof/host"
@@ -40,11 +41,20 @@ func runNBD(c *cli.Context) error {
 	if nsid == 0 || nsid > 0xfffffffe {
 		return cli.Exit(fmt.Sprintf("mount: --nsid %d is not a namespace ID", nsid), 2)
 	}
+	if _, _, err := net.SplitHostPort(c.String("nbd")); err != nil {
+		return cliexit.Usage("mount: --nbd %s: want HOST:PORT, such as 127.0.0.1:10809", c.String("nbd"))
+	}
+	// Listen first: an address in use fails before the target is dialed.
+	l, err := net.Listen("tcp", c.String("nbd"))
+	if err != nil {
+		return fmt.Errorf("--nbd %s: cannot listen: %s", c.String("nbd"), cliexit.Cause(err))
+	}
+	defer l.Close() // Serve closes it too; this is for the early returns
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	ctrl, err := host.Dial(dctx, c.String("target"), opts...)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", c.String("target"), err)
+		return fmt.Errorf("connecting to %s: %s", c.String("target"), cliexit.Cause(err))
 	}
 	defer ctrl.Close()
 	ns, err := ctrl.Namespace(uint32(nsid))
@@ -58,10 +68,6 @@ func runNBD(c *cli.Context) error {
 	}
 	srv := &nbd.Server{Exports: []nbd.Export{exp}, Slots: nbd.DefaultSlots, Logger: log}
 
-	l, err := net.Listen("tcp", c.String("nbd"))
-	if err != nil {
-		return fmt.Errorf("--nbd: %w", err)
-	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	fmt.Fprintf(c.App.Writer, "capsule nbd ready listen=%s export=%q size=%d block=%d target=%s\n",

@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/capsule-storage/capsule/internal/cliexit"
 	_ "github.com/capsule-storage/capsule/rdma/providers"
 )
 
@@ -34,14 +35,14 @@ func newApp() *cli.App {
 		Before: func(c *cli.Context) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-				return cli.Exit(fmt.Sprintf("bad --log-level: %v", err), 2)
+				return cliexit.Usage("bad --log-level: %v", err)
 			}
 			slog.SetDefault(slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: lvl})))
 			return nil
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return cli.Exit(fmt.Sprintf("target: unknown command %q (see target --help)", c.Args().First()), 2)
+				return cliexit.Usage("unknown command %q (see target --help)", c.Args().First())
 			}
 			return serve(c.Context, c.App.Writer, defaultServeConfig())
 		},
@@ -49,11 +50,11 @@ func newApp() *cli.App {
 	}
 }
 
+// main exits 1 for a failure and 2 for misuse (internal/cliexit), with
+// the error in one line on stderr.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newApp().RunContext(ctx, os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "target:", err)
-		os.Exit(1)
-	}
+	code := cliexit.Run(ctx, newApp(), os.Args)
+	stop()
+	os.Exit(code)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/capsule-storage/capsule/internal/cliexit"
 	"github.com/capsule-storage/capsule/internal/perftest"
 )
 
@@ -21,6 +22,12 @@ func perfCommand() *cli.Command {
 		Description: "Start `target perf serve --listen URL` in one process and\n" +
 			"`target perf run --connect URL --op write --size 1MiB --qd 4 --duration 5s` in another.\n" +
 			"URLs: iwarp://HOST:PORT, shm://NAME, rdma://HOST:PORT.",
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return cliexit.Usage("perf: unknown command %q: want serve or run (see target perf --help)", c.Args().First())
+			}
+			return cli.ShowSubcommandHelp(c)
+		},
 		Subcommands: []*cli.Command{
 			{
 				Name:  "serve",
@@ -36,7 +43,7 @@ func perfCommand() *cli.Command {
 				Name:  "run",
 				Usage: "drive a perf server and print bandwidth, messages per second and latency percentiles",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "connect", Usage: "server URL", Required: true},
+					&cli.StringFlag{Name: "connect", Usage: "server URL (required)"},
 					&cli.StringFlag{Name: "op", Value: "write", Usage: "write, read or send"},
 					&cli.StringFlag{Name: "size", Value: "64KiB", Usage: "message size, e.g. 4096, 64KiB, 1MiB"},
 					&cli.IntFlag{Name: "qd", Value: 4, Usage: "operations in flight"},
@@ -74,13 +81,19 @@ func perfServe(ctx context.Context, out io.Writer, urls []string) error {
 }
 
 func perfRun(c *cli.Context) error {
+	if c.String("connect") == "" {
+		return cliexit.Usage("perf run: --connect URL is required: the URL `target perf serve` listens on")
+	}
+	if c.NArg() > 0 {
+		return cliexit.Usage("perf run takes no arguments, got %q", c.Args().Slice())
+	}
 	op, err := perftest.ParseOp(c.String("op"))
 	if err != nil {
-		return cli.Exit(err, 2)
+		return cliexit.Usage("perf run: --op: %v", err)
 	}
 	size, err := parseSize(c.String("size"))
 	if err != nil {
-		return cli.Exit(err, 2)
+		return cliexit.Usage("perf run: --size: %v", err)
 	}
 	res, err := perftest.Run(c.Context, c.String("connect"), perftest.Params{
 		Op: op, Size: int(size), QD: c.Int("qd"), Duration: c.Duration("duration"), Warmup: c.Duration("warmup"),
