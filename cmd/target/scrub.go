@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -24,14 +27,15 @@ func scrubCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "scrub",
 		Usage: "verify every shard of an erasure-coded store and repair what can be repaired",
-		UsageText: "target scrub --data DIR [--ec K+M] [--rate BYTES/s] [--no-repair]\n" +
+		UsageText: "target scrub --data DIR [--rate BYTES/s] [--no-repair]\n" +
 			"target scrub --device DIR --device DIR ... [--ec K+M] [--rate BYTES/s] [--no-repair]",
 		Description: "Scrub reads every shard of every stripe, checks its header and its CRC32C\n" +
 			"sector checksums, and checks data against parity. A bad shard is rewritten in\n" +
 			"place from the others; the repairs are on disk when scrub returns.\n" +
 			"\n" +
-			"The store is on DATA/dev0 … DATA/dev{K+M-1} (K+M from --ec, 4+2 by default),\n" +
-			"or on the directories --device names, every one of them, in order. A store is\n" +
+			"The store is on DATA/dev0 … DATA/dev{K+M-1}, K+M being the store's own geometry\n" +
+			"as its devices record it (--ec, when given, must match it), or on the directories\n" +
+			"--device names, every one of them, in order. A store is\n" +
 			"opened by one process at a time: while `target serve` runs, it scrubs the store\n" +
 			"itself (--scrub-rate; SIGUSR1 starts a full pass, the results are in its log),\n" +
 			"and this command says so and exits 1. Stop serve first to scrub from here.\n" +
@@ -50,7 +54,8 @@ func scrubCommand() *cli.Command {
 			"Exit status: 0 nothing unrecoverable; 1 the scrub could not run or was\n" +
 			"interrupted; 2 bad flags; 3 some stripe is unrecoverable.",
 		Flags: append(storeFlags(
-			"a device `DIR`, once per device in order, in place of DATA/dev0 … DATA/dev{K+M-1}"),
+			"a device `DIR`, once per device in order, in place of DATA/dev0 … DATA/dev{K+M-1}",
+			"the store's, from its devices"),
 			&cli.StringFlag{Name: "rate", Value: "0", Usage: "limit reads to `BYTES` per second, e.g. 50MiB or 200MB", DefaultText: "0, no limit"},
 			&cli.BoolFlag{Name: "no-repair", Usage: "only report; write nothing"},
 		),
@@ -60,11 +65,11 @@ func scrubCommand() *cli.Command {
 
 // storeFlags are the flags that say where a store is. deviceUsage
 // describes --device, whose meaning differs between scrub and repair.
-func storeFlags(deviceUsage string) []cli.Flag {
+func storeFlags(deviceUsage, ecDefault string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "data", Usage: "the store's data directory `DIR`, holding dev0, dev1, …"},
 		&cli.StringSliceFlag{Name: "device", Usage: deviceUsage},
-		&cli.StringFlag{Name: "ec", Value: chunkstore.DefaultGeometry.String(),
+		&cli.StringFlag{Name: "ec", Value: chunkstore.DefaultGeometry.String(), DefaultText: ecDefault,
 			Usage: "the store's geometry `K+M`: K data and M parity devices; it sets how many DATA/devN there are"},
 	}
 }
@@ -74,7 +79,41 @@ type storeLayout struct {
 	dirs   []string            // one per device, in order
 	geo    chunkstore.Geometry // --ec, or the default
 	geoSet bool                // --ec was given: Open checks it against the store
+	data   string              // --data without --ec: openStore takes the geometry from the store
 }
+
+// dataDevices are the device directories of the store in data when no
+// --ec says its geometry: DATA/dev0 … DATA/devN for the highest devN
+// there (the default geometry's when there is none). Open reads the
+// geometry from the devices' identity records and checks their number;
+// openStore retries with the store's count when trailing devices are gone.
+func dataDevices(data string) []string {
+	ents, _ := os.ReadDir(data)
+	n := 0
+	for _, e := range ents {
+		if num, ok := strings.CutPrefix(e.Name(), "dev"); ok {
+			if i, err := strconv.Atoi(num); err == nil && i >= 0 && i < 256 && strconv.Itoa(i) == num && i+1 > n {
+				n = i + 1
+			}
+		}
+	}
+	if n < 2 {
+		return chunkstore.DeviceDirs(data, chunkstore.DefaultGeometry)
+	}
+	return deviceDirsN(data, n)
+}
+
+func deviceDirsN(data string, n int) []string {
+	dirs := make([]string, n)
+	for i := range dirs {
+		dirs[i] = filepath.Join(data, fmt.Sprintf("dev%d", i))
+	}
+	return dirs
+}
+
+// storeGeometry reads "the store is K+M on N devices" from Open's
+// refusal of the wrong number of devices.
+var storeGeometry = regexp.MustCompile(`the store is (\d+\+\d+) on (\d+) devices`)
 
 // usageError is a bad flag: exit status 2, before anything is opened.
 func usageError(format string, args ...any) error {
@@ -122,8 +161,10 @@ func parseStoreLayout(c *cli.Context) (storeLayout, error) {
 			return l, usageError("--ec %s needs %d --device directories, %d given", g, g.Devices(), len(devs))
 		}
 		l.dirs = devs
-	case data != "":
+	case data != "" && l.geoSet:
 		l.dirs = chunkstore.DeviceDirs(data, g)
+	case data != "":
+		l.dirs, l.data = dataDevices(data), data
 	default:
 		return l, usageError("say where the store is: --data DIR (devices DIR/dev0 … DIR/dev{K+M-1}), or --device DIR once per device")
 	}
@@ -138,6 +179,14 @@ func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
 		opts = append(opts, chunkstore.WithGeometry(l.geo))
 	}
 	s, err := chunkstore.OpenDirs(dirs, opts...)
+	if l.data != "" && errors.Is(err, chunkstore.ErrInvalidArgument) {
+		if m := storeGeometry.FindStringSubmatch(err.Error()); m != nil {
+			if n, aerr := strconv.Atoi(m[2]); aerr == nil && n != len(dirs) && n < 256 {
+				dirs = deviceDirsN(l.data, n)
+				s, err = chunkstore.OpenDirs(dirs, opts...)
+			}
+		}
+	}
 	if err == nil {
 		return s, nil
 	}
@@ -147,14 +196,14 @@ func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
 	var hint string
 	switch {
 	case errors.Is(err, chunkstore.ErrDeviceBusy):
-		hint = "another process has the store open, most likely a running `target serve`. It scrubs the store\n" +
-			"itself: in the background at its --scrub-rate, repairing what it finds and logging each pass;\n" +
-			"`kill -USR1 PID` makes it start a full pass now. To scrub from here instead, stop `target serve`\n" +
-			"(SIGTERM syncs and closes the store) and run this again."
+		hint = "another process has the store open, most likely a running `target serve`. It scrubs the store " +
+			"itself: in the background at its --scrub-rate, repairing what it finds and logging each pass; " +
+			"`kill -USR1 PID` makes it start a full pass now. To scrub from here instead, stop `target serve` " +
+			"(SIGTERM syncs and closes the store) and run this again"
 	case errors.Is(err, chunkstore.ErrNoStore):
-		hint = "no store in " + strings.Join(dirs, ", ") + "; is --data (or --device) right?"
+		hint = "is --data (or --device) right? (" + strings.Join(dirs, ", ") + ")"
 	case errors.Is(err, chunkstore.ErrGeometryMismatch), errors.Is(err, chunkstore.ErrInvalidArgument):
-		hint = "--ec must be the store's geometry (default " + chunkstore.DefaultGeometry.String() + "), and --device, when given, must name every device"
+		hint = "--ec must be the store's geometry (leave it out to take the store's own), and --device, when given, must name every device"
 	case errors.Is(err, chunkstore.ErrDeviceSwapped):
 		hint = "give the devices in the order the store was created with"
 	case errors.Is(err, chunkstore.ErrForeignDevice):
@@ -162,10 +211,11 @@ func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
 	case errors.Is(err, chunkstore.ErrTooManyFailures):
 		hint = "more devices are missing than the parity covers; bring them back before scrubbing"
 	}
+	msg := "open store: " + storeError(err)
 	if hint != "" {
-		return nil, fmt.Errorf("open store: %w\n%s", err, hint)
+		msg += "; " + hint
 	}
-	return nil, fmt.Errorf("open store: %w", err)
+	return nil, &storeOpenError{msg: msg, err: err}
 }
 
 // reportDevices warns on w about every device the store cannot use and

@@ -20,6 +20,7 @@ import (
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/fs/server"
 	"github.com/capsule-storage/capsule/internal/admin"
+	"github.com/capsule-storage/capsule/internal/cliexit"
 	"github.com/capsule-storage/capsule/internal/metrics"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/target"
@@ -225,12 +226,15 @@ func (c *serveConfig) Validate() error {
 			return fmt.Errorf("--listen %s: %w", u, err)
 		}
 	}
-	if err := nvmeof.ValidateNQN(c.NQN); err != nil || c.NQN == nvmeof.DiscoveryNQN {
-		return fmt.Errorf("--nqn %q: not a usable subsystem NQN", c.NQN)
+	if c.NQN == nvmeof.DiscoveryNQN {
+		return fmt.Errorf("--nqn %q: the discovery subsystem's NQN, not a usable subsystem NQN", c.NQN)
+	}
+	if err := admin.CheckNQN(c.NQN); err != nil {
+		return fmt.Errorf("--nqn %q: %v", c.NQN, err)
 	}
 	for _, h := range c.AllowHosts {
-		if err := nvmeof.ValidateNQN(h); err != nil {
-			return fmt.Errorf("--allow-host %q: not a valid NQN", h)
+		if err := admin.CheckNQN(h); err != nil {
+			return fmt.Errorf("--allow-host %q: %v", h, err)
 		}
 	}
 	if c.BlockSize != 512 && c.BlockSize != 4096 {
@@ -279,6 +283,13 @@ func (c *serveConfig) Validate() error {
 	}
 	if err := checkMetricsAddr(c.Metrics); err != nil {
 		return err
+	}
+	if err := admin.CheckSocketPath(c.socketPath()); err != nil {
+		if errors.Is(err, admin.ErrSocketPath) {
+			return fmt.Errorf("--rpc-socket: %s; give a shorter path", strings.TrimPrefix(err.Error(), "admin: "))
+		}
+		return fmt.Errorf("--rpc-socket %s: %s: another `target serve` answers there; stop it, or give another --rpc-socket or --data",
+			c.socketPath(), strings.TrimPrefix(err.Error(), "admin: "))
 	}
 	if c.ConfigFile != "" && len(c.SubsystemFlags) > 0 {
 		return fmt.Errorf("--config %s describes the target: leave out --%s", c.ConfigFile, strings.Join(c.SubsystemFlags, ", --"))
@@ -362,7 +373,7 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			"I/O per namespace, queues, controllers, devices, the store, the scrubber, the file service).\n" +
 			"\n" +
 			"Once every listener is up it prints one line, `capsule target ready listeners=... nqn=... rpc=...`\n" +
-			"(and metrics=HOST:PORT with --metrics).\n" +
+			"(and metrics=HOST:PORT with --metrics, and degraded=N when N devices of the store are out of use).\n" +
 			"SIGINT or SIGTERM: finish the commands in flight, flush the namespaces, close the store,\n" +
 			"exit 0.\n\n" +
 			"Example: target serve --listen iwarp://0.0.0.0:4420 --namespace ec:vol0:100GiB \\\n" +
@@ -549,10 +560,7 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 	}
 	ln, err := admin.ListenUnix(sock)
 	if err != nil {
-		if errors.Is(err, admin.ErrSocketPath) {
-			return fmt.Errorf("--rpc-socket: %w; give a shorter path", err)
-		}
-		return fmt.Errorf("--rpc-socket %s: %w", sock, err)
+		return fmt.Errorf("--rpc-socket %s: %s", sock, cliexit.Cause(err))
 	}
 	rpcDone := make(chan struct{})
 	go func() {
@@ -595,11 +603,30 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 	if subs := t.Subsystems(); len(subs) > 0 {
 		nqn = subs[0].NQN()
 	}
-	fmt.Fprintf(out, "capsule target ready listeners=%s nqn=%s discovery=%s rpc=%s%s\n",
-		strings.Join(t.Listeners(), ","), nqn, nvmeof.DiscoveryNQN, sock, metricsAddr)
+	fmt.Fprintf(out, "capsule target ready listeners=%s nqn=%s discovery=%s rpc=%s%s%s\n",
+		strings.Join(t.Listeners(), ","), nqn, nvmeof.DiscoveryNQN, sock, metricsAddr, degradedField(store))
 	<-ctx.Done()
 	log.Info("signal received: draining")
 	return nil
+}
+
+// degradedField is the ready line's " degraded=N": how many of the
+// store's devices are out of use, when any is ("" otherwise, and with no
+// store).
+func degradedField(s *chunkstore.Store) string {
+	if s == nil {
+		return ""
+	}
+	n := 0
+	for _, d := range s.Info().Devices {
+		if d.State != chunkstore.DeviceHealthy {
+			n++
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" degraded=%d", n)
 }
 
 // configError says where a configuration that failed came from.
@@ -642,11 +669,11 @@ func openServeStore(cfg serveConfig, log *slog.Logger) (*chunkstore.Store, error
 		case errors.Is(err, chunkstore.ErrTooManyFailures):
 			hint = "more devices are missing than the parity covers; bring them back, or run `target repair` for each replaced one"
 		}
-		msg := fmt.Sprintf("erasure-coded store on %s: %v", strings.Join(dirs, ", "), err)
+		msg := fmt.Sprintf("erasure-coded store on %s: %s", strings.Join(dirs, ", "), storeError(err))
 		if hint != "" {
-			msg += "\n" + hint
+			msg += "; " + hint
 		}
-		return nil, errors.New(msg)
+		return nil, &storeOpenError{msg: msg, err: err}
 	}
 	in := s.Info()
 	log.Info("erasure-coded store open", "id", in.ID, "ec", in.Geometry, "stripe_unit", in.StripeUnit,

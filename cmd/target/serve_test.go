@@ -96,8 +96,8 @@ func TestServeFlags(t *testing.T) {
 
 	cfg, err = parseServe(t, "--listen", "iwarp://0.0.0.0:4420", "--listen", "shm://other",
 		"--namespace", "mem:512MiB", "--namespace", "file:disk.img:1GiB", "--data", "/srv/capsule",
-		"--nqn", "nqn.2026-11.io.capsule:box", "--allow-host", "nqn.2014-08.org.nvmexpress:uuid:1",
-		"--allow-host", "nqn.2014-08.org.nvmexpress:uuid:2", "--block-size", "4096", "--namespace", "ec:vol1:2GiB",
+		"--nqn", "nqn.2026-11.io.capsule:box", "--allow-host", "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555551",
+		"--allow-host", "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555552", "--block-size", "4096", "--namespace", "ec:vol1:2GiB",
 		"--ec", "2+1", "--device", "/d0", "--device", "/d1", "--device", "/d2",
 		"--scrub-rate", "100MiB/s", "--scrub-interval", "1h", "--over-provision", "0.5", "--idle-compaction", "10s")
 	require.NoError(t, err)
@@ -108,7 +108,7 @@ func TestServeFlags(t *testing.T) {
 			{Kind: "ec", Name: "vol1", Size: 2 << 30}},
 		FS:             "files",
 		NQN:            "nqn.2026-11.io.capsule:box",
-		AllowHosts:     []string{"nqn.2014-08.org.nvmexpress:uuid:1", "nqn.2014-08.org.nvmexpress:uuid:2"},
+		AllowHosts:     []string{"nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555551", "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555552"},
 		BlockSize:      4096,
 		Geometry:       chunkstore.Geometry{Data: 2, Parity: 1},
 		Devices:        []string{"/d0", "/d1", "/d2"},
@@ -153,6 +153,9 @@ func TestServeFlagValidation(t *testing.T) {
 		{[]string{"--nqn", ""}, "--nqn"},
 		{[]string{"--nqn", "nqn.2014-08.org.nvmexpress.discovery"}, "--nqn"},
 		{[]string{"--allow-host", strings.Repeat("x", 300)}, "--allow-host"},
+		{[]string{"--allow-host", "foo"}, `--allow-host "foo": not an NQN`},
+		{[]string{"--allow-host", "nqn.2014-08.org.nvmexpress:uuid:1"}, "must be followed by a UUID"},
+		{[]string{"--nqn", "capsule"}, `--nqn "capsule": not an NQN`},
 		{[]string{"stray"}, "no arguments"},
 		{[]string{"--namespace", "ec:v:1GiB", "--namespace", "ec:v:1GiB"}, `volume "v" is named twice`},
 		{[]string{"--ec", "4-2"}, "--ec"},

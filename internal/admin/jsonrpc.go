@@ -200,21 +200,33 @@ func (s *Server) Methods() []string {
 // bytes of sun_path on Linux, one of them the terminating NUL).
 const maxSocketPath = 107
 
+// CheckSocketPath checks, creating nothing, that ListenUnix can listen
+// at path: it is short enough (ErrSocketPath), and it is not a file other
+// than a socket or a socket some process answers on (ErrSocketInUse).
+func CheckSocketPath(path string) error {
+	if len(path) > maxSocketPath {
+		return fmt.Errorf("%w: %s is %d bytes, and a Unix socket's path holds at most %d", ErrSocketPath, path, len(path), maxSocketPath)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return fmt.Errorf("%w: %s is not a socket", ErrSocketInUse, path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return fmt.Errorf("%w: %s", ErrSocketInUse, path)
+		}
+	}
+	return nil
+}
+
 // ListenUnix listens on a Unix stream socket at path with mode 0600. A
 // socket file left by a process that is gone is replaced; one that
 // answers is not (ErrSocketInUse).
 func ListenUnix(path string) (net.Listener, error) {
-	if len(path) > maxSocketPath {
-		return nil, fmt.Errorf("%w: %s is %d bytes, and a Unix socket's path holds at most %d", ErrSocketPath, path, len(path), maxSocketPath)
+	if err := CheckSocketPath(path); err != nil {
+		return nil, err
 	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%w: %s is not a socket", ErrSocketInUse, path)
-		}
-		if c, err := net.Dial("unix", path); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%w: %s", ErrSocketInUse, path)
-		}
+	if _, err := os.Lstat(path); err == nil {
 		if err := os.Remove(path); err != nil {
 			return nil, err
 		}

@@ -376,8 +376,11 @@ func (c *createSubsystem) check(m *model, _ *Service) error {
 	if err := c.tgtName.check(); err != nil {
 		return err
 	}
-	if err := nvmeof.ValidateNQN(c.NQN); err != nil || c.NQN == nvmeof.DiscoveryNQN {
-		return invalid("nqn %q: not a usable subsystem NQN", c.NQN)
+	if c.NQN == nvmeof.DiscoveryNQN {
+		return invalid("nqn %q: the discovery subsystem's NQN, not a usable subsystem NQN", c.NQN)
+	}
+	if err := CheckNQN(c.NQN); err != nil {
+		return invalid("nqn %q: %v", c.NQN, err)
 	}
 	switch {
 	case c.ModelNumber != "":
@@ -534,8 +537,8 @@ func (c *hostChange) check(m *model, _ *Service) error {
 	if c.PSK != "" || c.DHChapKey != "" || c.DHChapCtrlrKey != "" {
 		return invalid("psk and dhchap keys are not supported: capsule has no TLS or DH-HMAC-CHAP")
 	}
-	if err := nvmeof.ValidateNQN(c.Host); err != nil {
-		return invalid("host %q: not a valid NQN", c.Host)
+	if err := CheckNQN(c.Host); err != nil {
+		return invalid("host %q: %v", c.Host, err)
 	}
 	i, found := slices.BinarySearch(s.Hosts, c.Host)
 	switch {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/google/uuid"
 
@@ -149,7 +150,7 @@ func (sv *Service) Load(cfg Config, save bool) error {
 	if err != nil {
 		return err
 	}
-	for _, st := range steps {
+	for _, st := range listenersFirst(steps) {
 		if _, err := sv.runLocked(st.ch); err != nil {
 			return fmt.Errorf("%s: %v", st.name, err)
 		}
@@ -158,6 +159,29 @@ func (sv *Service) Load(cfg Config, save bool) error {
 		return sv.saveLocked()
 	}
 	return nil
+}
+
+// listenersFirst moves the steps that open a listener of the discovery
+// subsystem (every listener of a saved config) before the others, so that
+// an address in use or not on this machine fails before a volume or file
+// is created. It moves those before the first step that removes a
+// listener only; the order among them stays.
+func listenersFirst(steps []step) []step {
+	var first, rest []step
+	moving := true
+	for _, st := range steps {
+		lc, ok := st.ch.(*listenerChange)
+		switch {
+		case ok && !lc.add:
+			moving = false
+			rest = append(rest, st)
+		case ok && moving && lc.NQN == nvmeof.DiscoveryNQN:
+			first = append(first, st)
+		default:
+			rest = append(rest, st)
+		}
+	}
+	return append(first, rest...)
 }
 
 // Config returns the configuration in save_config's shape.
@@ -459,7 +483,7 @@ func (c *listenerChange) apply(sv *Service, m *model) (any, error) {
 	if c.listen {
 		real, err := t.Listen(sv.opts.Context, c.url)
 		if err != nil {
-			return nil, invalid("%v", err)
+			return nil, invalid("cannot listen: %s", listenCause(err))
 		}
 		if real != c.url { // the port a :0 listener got
 			m.Requested[c.url] = real
@@ -487,6 +511,22 @@ func (c *listenerChange) apply(sv *Service, m *model) (any, error) {
 		t.Subsystem(c.NQN).DisallowListener(c.url)
 	}
 	return true, nil
+}
+
+// listenCause is why a listener could not be opened, without the layers
+// that wrapped it ("target: listen on URL: listen tcp ADDR: bind: ..."):
+// the system error when there is one ("address already in use").
+func listenCause(err error) string {
+	var errno syscall.Errno
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if en, ok := e.(syscall.Errno); ok {
+			errno = en
+		}
+	}
+	if errno != 0 {
+		return errno.Error()
+	}
+	return strings.TrimPrefix(err.Error(), "target: ")
 }
 
 // --- the methods that report ---

@@ -41,7 +41,7 @@ const goodConfig = `{"subsystems":[
   {"method":"bdev_malloc_create","params":{"name":"m1","num_blocks":256,"block_size":4096}}]},
  {"subsystem":"nvmf","config":[
   {"method":"nvmf_create_subsystem","params":{"nqn":"nqn.2026-11.io.capsule:a","allow_any_host":false,"serial_number":"S1"}},
-  {"method":"nvmf_subsystem_add_host","params":{"nqn":"nqn.2026-11.io.capsule:a","host":"nqn.2014-08.org.nvmexpress:uuid:1"}},
+  {"method":"nvmf_subsystem_add_host","params":{"nqn":"nqn.2026-11.io.capsule:a","host":"nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"}},
   {"method":"nvmf_subsystem_add_ns","params":{"nqn":"nqn.2026-11.io.capsule:a","namespace":{"bdev_name":"m1","nsid":7}}},
   {"method":"nvmf_subsystem_add_ns","params":{"nqn":"nqn.2026-11.io.capsule:a","namespace":{"bdev_name":"m0"}}}]}]}`
 
@@ -57,7 +57,7 @@ func TestLoadAndSave(t *testing.T) {
 	require.Len(t, sub.Namespaces(), 2)
 	assert.Equal(t, uint32(1), sub.Namespaces()[0].NSID(), "no nsid: the lowest free one")
 	assert.Equal(t, 4096, sub.Namespace(7).BlockSize())
-	assert.Equal(t, []string{"nqn.2014-08.org.nvmexpress:uuid:1"}, sub.Hosts())
+	assert.Equal(t, []string{"nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555"}, sub.Hosts())
 	assert.Equal(t, "S1", sub.SerialNumber())
 
 	saved, err := os.ReadFile(state)

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/internal/cliexit"
+)
+
+// storeError is an error of opening a store as one line: what failed and
+// why, once. chunkstore's own text names every device with every layer of
+// its error ("chunkstore: no store on these devices; chunkstore: device
+// 0 (d/dev0): chunkstore: device missing: open d/dev0/identity: no such
+// file or directory; …"); this groups the devices by cause: "no store on
+// these devices; devices 0-5 missing (no such file or directory)".
+func storeError(err error) string {
+	var de *chunkstore.DevicesError
+	if !errors.As(err, &de) {
+		return strings.ReplaceAll(err.Error(), "chunkstore: ", "")
+	}
+	type group struct {
+		cause string
+		pos   []int
+	}
+	var groups []*group
+	for _, d := range de.Devices {
+		c := deviceCause(d.Err)
+		var g *group
+		for _, x := range groups {
+			if x.cause == c {
+				g = x
+			}
+		}
+		if g == nil {
+			g = &group{cause: c}
+			groups = append(groups, g)
+		}
+		g.pos = append(g.pos, d.Pos)
+	}
+	parts := []string{strings.ReplaceAll(de.Err.Error(), "chunkstore: ", "")}
+	for _, g := range groups {
+		noun := "device"
+		if len(g.pos) > 1 {
+			noun = "devices"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s: %s", noun, positions(g.pos), g.cause))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// deviceClasses are the causes a device's error is sorted by.
+var deviceClasses = []error{chunkstore.ErrDeviceMissing, chunkstore.ErrDeviceEmpty, chunkstore.ErrDeviceSwapped,
+	chunkstore.ErrForeignDevice, chunkstore.ErrDeviceBusy, chunkstore.ErrGeometryMismatch, chunkstore.ErrFormatV1}
+
+// deviceCause is a device's error without its path: its class, and the
+// system error under it.
+func deviceCause(err error) string {
+	for _, c := range deviceClasses {
+		if errors.Is(err, c) {
+			s := strings.TrimPrefix(c.Error(), "chunkstore: ")
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				return s + " (" + errno.Error() + ")"
+			}
+			if cause := cliexit.Cause(err); cause != err.Error() {
+				return s + " (" + cause + ")"
+			}
+			return s
+		}
+	}
+	return strings.ReplaceAll(err.Error(), "chunkstore: ", "")
+}
+
+// positions writes device positions, runs as ranges: 0-3, 5.
+func positions(ps []int) string {
+	var out []string
+	for i := 0; i < len(ps); {
+		j := i
+		for j+1 < len(ps) && ps[j+1] == ps[j]+1 {
+			j++
+		}
+		switch {
+		case j == i:
+			out = append(out, fmt.Sprint(ps[i]))
+		case j == i+1:
+			out = append(out, fmt.Sprint(ps[i]), fmt.Sprint(ps[j]))
+		default:
+			out = append(out, fmt.Sprintf("%d-%d", ps[i], ps[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(out, ", ")
+}
+
+// storeOpenError is a store that did not open: one line for the
+// operator, and the chunkstore error beneath it for errors.Is.
+type storeOpenError struct {
+	msg string
+	err error
+}
+
+func (e *storeOpenError) Error() string { return e.msg }
+func (e *storeOpenError) Unwrap() error { return e.err }
