@@ -478,7 +478,9 @@ func (s *Store) syncDevicesLocked() error {
 	for _, t := range tasks {
 		failed[t.d.pos] = t.err
 	}
-	synced := s.forWritable(func(d *device, f *devFiles) error {
+	// One after the other: a stat each, which a flush should not hand
+	// to six goroutines.
+	synced := s.forWritableSeq(func(d *device, f *devFiles) error {
 		if err := failed[d.pos]; err != nil {
 			return err
 		}

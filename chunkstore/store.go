@@ -789,6 +789,23 @@ func (s *Store) forWritable(fn func(*device, *devFiles) error) uint64 {
 	return ok.Load()
 }
 
+// forWritableSeq is forWritable one device after the other, for quick
+// calls.
+func (s *Store) forWritableSeq(fn func(*device, *devFiles) error) uint64 {
+	var ok uint64
+	for _, d := range s.devs {
+		if !d.writable() {
+			continue
+		}
+		if err := fn(d, d.files.Load()); err != nil {
+			d.fail(err, s.log)
+			continue
+		}
+		ok |= 1 << d.pos
+	}
+	return ok
+}
+
 func (s *Store) allMask() uint64 {
 	if s.n == 64 {
 		return ^uint64(0)
