@@ -252,6 +252,8 @@ type progressDisplay struct {
 	label string // "repair: device 2"
 	units string // what Progress counts: "stripes" unless set
 	tty   bool
+	// fullWidth: the terminal says how wide it is, and the bar fills it.
+	fullWidth bool
 
 	bar      *progressbar.ProgressBar // on a terminal, from the first update
 	lastPct  int64                    // percent of the last line, -1 before it
@@ -259,8 +261,17 @@ type progressDisplay struct {
 }
 
 func newProgressDisplay(w io.Writer, label string) *progressDisplay {
-	f, ok := w.(*os.File)
-	return &progressDisplay{w: w, label: label, units: "stripes", tty: ok && term.IsTerminal(int(f.Fd())), lastPct: -1}
+	d := &progressDisplay{w: w, label: label, units: "stripes", lastPct: -1}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		d.tty = true
+		// A terminal that does not say its width (a pty of script(1) or
+		// of a CI runner: 0 columns) gets a bar of a fixed width; the
+		// full width of a 0-column terminal is no bar at all.
+		if cols, _, err := term.GetSize(int(f.Fd())); err == nil && cols >= 60 {
+			d.fullWidth = true
+		}
+	}
+	return d
 }
 
 // update is a chunkstore Progress callback.
@@ -278,7 +289,7 @@ func (d *progressDisplay) update(p chunkstore.Progress) {
 				progressbar.OptionShowIts(),
 				progressbar.OptionSetPredictTime(true),
 				progressbar.OptionThrottle(100*time.Millisecond),
-				progressbar.OptionFullWidth(),
+				d.widthOption(),
 			)
 		}
 		_ = d.bar.Set64(p.Done)
@@ -291,6 +302,14 @@ func (d *progressDisplay) update(p chunkstore.Progress) {
 	if due {
 		d.line(p, pct)
 	}
+}
+
+// widthOption is the bar's width: the terminal's, or 30 characters.
+func (d *progressDisplay) widthOption() progressbar.Option {
+	if d.fullWidth {
+		return progressbar.OptionFullWidth()
+	}
+	return progressbar.OptionSetWidth(30)
 }
 
 func (d *progressDisplay) line(p chunkstore.Progress, pct int64) {
