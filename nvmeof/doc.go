@@ -143,6 +143,9 @@
 //	  6 Fabrics Command Set: 6.3 Connect, 6.4          fabrics.go
 //	        Disconnect, 6.5 Property Get, 6.6 Property
 //	        Set; Figure 105 Fabrics status values      status.go
+//	  8.19 Reservations: Reservation Register,         reservation.go
+//	        Acquire, Release, Report (command fields,
+//	        keys, extended reservation status), RESCAP
 //	NVM Command Set 1.0
 //	  Read, Write, Flush, Write Zeroes, Dataset        nvm.go
 //	        Management (range definition)

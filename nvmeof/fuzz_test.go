@@ -436,3 +436,24 @@ func FuzzIdentifyCommandSet(f *testing.F) {
 		}
 	})
 }
+
+func FuzzReservation(f *testing.F) {
+	st := ReservationStatus{GEN: 3, RTYPE: ReservationWriteExclusive,
+		Registrants: []Registrant{{CNTLID: 1, Holds: true, RKey: 0xa, HostID: [16]byte{1}}, {CNTLID: 2, RKey: 0xb}}}
+	seed, _ := st.MarshalBinary()
+	f.Add(seed)
+	f.Add(annotated("0a00000000000000 0b00000000000000 # CRKEY, NRKEY"))
+	f.Add(annotated("0a00000000000000 # CRKEY"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		roundTrip[ReservationKeys](t, b)
+		if s := roundTrip[ReservationStatus](t, b); s != nil {
+			require.Equal(t, len(b), s.Size())
+			// A short buffer gets a prefix of the whole.
+			whole, _ := s.MarshalBinary()
+			part := make([]byte, len(b)/2)
+			n, err := s.MarshalTo(part)
+			require.NoError(t, err)
+			require.Equal(t, whole[:n], part[:n])
+		}
+	})
+}

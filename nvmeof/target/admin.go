@@ -104,7 +104,7 @@ func executeIdentify(r *request) nvmeof.Status {
 			clear(buf)
 			return nvmeof.StatusSuccess
 		}
-		id := nvmeof.IdentifyNamespaceIndependent{NMIC: 1, NSTAT: nvmeof.NSTATReady}
+		id := nvmeof.IdentifyNamespaceIndependent{NMIC: 1, RESCAP: rescap, NSTAT: nvmeof.NSTATReady}
 		_, err = id.MarshalTo(buf)
 	case nvmeof.CNSControllerCommandSet:
 		id := ctrl.identifyNVM()
@@ -146,7 +146,7 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		CQES:      4<<4 | 4,
 		MAXCMD:    uint16(cfg.maxQueueEntries),
 		NN:        MaxNamespaces,
-		ONCS:      nvmeof.ONCSDatasetManagement | nvmeof.ONCSWriteZeroes,
+		ONCS:      nvmeof.ONCSDatasetManagement | nvmeof.ONCSWriteZeroes | nvmeof.ONCSReservations,
 		VWC:       nvmeof.VWCPresent | nvmeof.VWCFlushBroadcast,
 		SGLS:      nvmeof.SGLSSupported | nvmeof.SGLSOffsetAddress,
 		SUBNQN:    c.sub.nqn,
@@ -186,6 +186,10 @@ func (c *controller) identifyNVM() nvmeof.IdentifyControllerNVM {
 	return nvmeof.IdentifyControllerNVM{WZSL: c.t.cfg.mdts()}
 }
 
+// rescap is RESCAP: every reservation type, IEKEY ignoring CRKEY, no
+// persistence through power loss (reservation.go).
+const rescap = nvmeof.RESCAPAllTypes | nvmeof.RESCAPIgnoreExistingKey
+
 // identify returns the Identify Namespace data of ns.
 func (ns *Namespace) identify() nvmeof.IdentifyNamespace {
 	id := nvmeof.IdentifyNamespace{
@@ -196,6 +200,7 @@ func (ns *Namespace) identify() nvmeof.IdentifyNamespace {
 		NLBAF:  0,
 		NMIC:   1, // may be attached to several controllers
 		DLFEAT: nvmeof.DLFEATReadZeroes | nvmeof.DLFEATWriteZeroesDeallocate,
+		RESCAP: rescap,
 		NGUID:  ns.nguid,
 	}
 	id.LBAF[0] = nvmeof.LBAFormat{LBADS: uint8(ns.blockShift)}

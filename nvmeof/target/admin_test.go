@@ -52,7 +52,7 @@ func TestIdentifyControllerLinuxChecks(t *testing.T) {
 		assert.Equal(t, uint8(0x44), id.CQES)
 		assert.Equal(t, uint16(DefaultMaxQueueEntries), id.MAXCMD)
 		assert.Equal(t, uint32(MaxNamespaces), id.NN)
-		assert.Equal(t, nvmeof.ONCSDatasetManagement|nvmeof.ONCSWriteZeroes, id.ONCS)
+		assert.Equal(t, nvmeof.ONCSDatasetManagement|nvmeof.ONCSWriteZeroes|nvmeof.ONCSReservations, id.ONCS)
 		assert.Equal(t, nvmeof.VWCPresent|nvmeof.VWCFlushBroadcast, id.VWC)
 		assert.NotZero(t, id.CTRATT&nvmeof.CTRATTHostID128)
 		assert.NotZero(t, id.CTRATT&ctrattTBKAS)

@@ -75,6 +75,11 @@ func init() {
 		counted: true, kind: IOWriteZeroes}
 	ioHandlers[nvmeof.IODatasetManagement] = &handler{name: "Dataset Management", prepare: prepareDatasetManagement,
 		execute: executeDatasetManagement, ready: true, device: true, longerSGL: true, counted: true, kind: IODatasetMgmt}
+	reservation := &handler{name: "Reservation", prepare: prepareReservation, execute: executeReservation, ready: true}
+	for _, op := range []nvmeof.Opcode{nvmeof.IOReservationRegister, nvmeof.IOReservationReport,
+		nvmeof.IOReservationAcquire, nvmeof.IOReservationRelease} {
+		ioHandlers[op] = reservation
+	}
 	vendor := &handler{name: "Vendor Specific", prepare: prepareVendor, execute: executeVendor, ready: true, device: true,
 		counted: true, kind: IOVendor}
 	for op := 0x80; op <= 0xff; op++ {

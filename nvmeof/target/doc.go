@@ -64,6 +64,8 @@
 //	fabrics.go     Connect, Property Get/Set, Disconnect
 //	admin.go       Identify, Get Log Page, Set/Get Features, Keep Alive, AER, Abort
 //	nvm.go         Read, Write, Flush, Write Zeroes, Dataset Management
+//	reservation.go Reservation Register, Acquire, Release, Report, and the
+//	               reservation conflicts of I/O
 //	discovery.go   the discovery log page and listener addresses
 //	vendor.go      vendor-specific I/O commands (80h-FFh), routed to the
 //	               VendorHandler of a namespace (the file service)
@@ -312,6 +314,10 @@
 //	Invalid Queue Type            Disconnect on the admin queue
 //	Invalid Namespace or Format   an NSID with no namespace
 //	LBA Out of Range              blocks past the end (any range of a DSM)
+//	Reservation Conflict          a read or write the namespace's reservation
+//	                              does not allow the host; a reservation
+//	                              command with a wrong key or against
+//	                              another holder
 //	Data SGL Length Invalid       an SGL that does not describe exactly the
 //	                              bytes the command moves (DSM may describe
 //	                              more); in-capsule data past the capsule
@@ -373,8 +379,17 @@
 //     command set and "I/O command sets" (bit 6); Identify serves CNS 00h
 //     to 03h, 05h to 08h and 1Ch (one command set combination, NVM);
 //     namespace identification descriptors carry CSI 0. It has no
-//     Commands Supported and Effects log (LPA does not claim one), no
-//     reservations and no ANA.
+//     Commands Supported and Effects log (LPA does not claim one) and no
+//     ANA.
+//   - Reservations (reservation.go) are per namespace and per host
+//     (HOSTID of Connect), every type, with IEKEY ignoring CRKEY; they
+//     live in memory: RESCAP does not claim Persist Through Power Loss
+//     and Register with CPTPL 11b is refused. Preempt and Abort aborts
+//     nothing (nothing waits in the target). No reservation notices
+//     (log page 80h, Set Features 82h and 83h) yet. Report answers the
+//     extended structure only (EDS 0 gets Host Identifier Inconsistent
+//     Format, as nvmet answers). Flush is not a reservation conflict.
+//     While no reservation is held, I/O checks one atomic flag.
 //   - Identify SGLS claims Keyed SGL Data Blocks only on RDMA
 //     controllers, as nvmet does (SPDK claims them on TCP too).
 //   - An NVMe/TCP queue keeps twice its largest number of entries in

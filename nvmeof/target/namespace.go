@@ -54,6 +54,9 @@ type Namespace struct {
 	nonBlocking bool
 	vendor      VendorHandler
 
+	// res is the namespace's reservation (reservation.go).
+	res reservation
+
 	// Counters for the SMART / Health log.
 	readCommands  atomic.Uint64
 	writeCommands atomic.Uint64

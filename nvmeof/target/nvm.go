@@ -28,6 +28,9 @@ func prepareBlocks(r *request, dir nvmeof.DataDirection) nvmeof.Status {
 		return st
 	}
 	slba, n := r.cmd.SLBA(), uint64(r.cmd.Blocks())
+	if st := checkReservation(r, dir != nvmeof.ControllerToHost); !st.Success() {
+		return st
+	}
 	if !ns.rangeOK(slba, n) {
 		return r.fail(nvmeof.StatusLBAOutOfRange.WithDNR(), nvmeof.CommandOffsetCDW10)
 	}
@@ -130,6 +133,9 @@ func executeWriteZeroes(r *request) nvmeof.Status {
 
 func prepareDatasetManagement(r *request) nvmeof.Status {
 	if _, st := namespaceOf(r); !st.Success() {
+		return st
+	}
+	if st := checkReservation(r, true); !st.Success() {
 		return st
 	}
 	r.dir, r.dataLen = nvmeof.HostToController, r.cmd.DSMRanges()*nvmeof.DSMRangeSize
