@@ -34,6 +34,11 @@ func newApp() *cli.App {
 		Name:      "mount",
 		Usage:     "mount capsule's file service (FUSE) or export a block namespace (NBD)",
 		ArgsUsage: "MOUNTPOINT (FUSE mode; none with --nbd)",
+		Description: "Mounts the target's file service at MOUNTPOINT with FUSE, or with --nbd HOST:PORT exports\n" +
+			"namespace --nsid over NBD; both run in the foreground until SIGINT or SIGTERM.\n\n" +
+			"Exit status: 0 unmounted or stopped by a signal; 1 it failed (the target could not be reached,\n" +
+			"the mount or the NBD listener could not be set up); 2 bad flags or arguments (checked before\n" +
+			"anything is dialed). An error is one line on stderr: \"mount: what failed: why\".",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "target", Usage: "target `URL` (required): iwarp://HOST:PORT, shm://NAME, tcp://HOST:PORT"},
 			&cli.StringFlag{Name: "nqn", Value: defaultNQN, Usage: "subsystem `NQN` to connect to"},

@@ -96,6 +96,7 @@ func TestBadInputLeavesDataUntouched(t *testing.T) {
 		{[]string{"--namespace", "ec:v:1000"}, 2, "multiple of the 512-byte block"},
 		{[]string{"--namespace", "disk:1GiB"}, 2, "kind"},
 		{[]string{"--scrub-rate", "fast"}, 2, "--scrub-rate"},
+		{[]string{"--namespace", "file:missing.img"}, 2, "missing.img: no such file or directory; give a size to create it"},
 		{[]string{"--rpc-socket", "/" + strings.Repeat("s", 120)}, 2, "--rpc-socket"},
 		{[]string{"--listen", "tcp://" + busy.Addr().String()}, 1, "--listen tcp://" + busy.Addr().String() + ": cannot listen: address already in use"},
 		{[]string{"--listen", shm, "--listen", "tcp://" + busy.Addr().String()}, 1, "address already in use"},

@@ -28,7 +28,10 @@ func newApp() *cli.App {
 		Name:  "target",
 		Usage: "capsule storage target: NVMe-oF over RDMA (iwarp, shm, rdma) and its tools",
 		Description: "Run without a command, target serves NVMe-oF with its embedded defaults:\n" +
-			"`target serve` on " + fmt.Sprint(defaultListeners) + " with one " + defaultNamespace + " namespace.",
+			"`target serve` on " + fmt.Sprint(defaultListeners) + " with one " + defaultNamespace + " namespace.\n\n" +
+			"Every command exits 0 when it did what it was asked, 1 when it failed, and 2 for misuse (a bad\n" +
+			"flag, argument or command: nothing was opened or written); scrub and repair also exit 3 when data\n" +
+			"is lost. An error is one line on stderr: \"target: what failed: why\".",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},

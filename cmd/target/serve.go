@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,6 +252,15 @@ func (c *serveConfig) Validate() error {
 		if ns.Size%int64(c.BlockSize) != 0 {
 			return fmt.Errorf("--namespace %s: size is not a multiple of the %d-byte block", ns, c.BlockSize)
 		}
+		if ns.Kind == "file" && ns.Size == 0 {
+			p := ns.Path
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(c.DataDir, p)
+			}
+			if _, err := os.Stat(p); err != nil {
+				return fmt.Errorf("--namespace %s: %s: %s; give a size to create it (file:PATH:SIZE)", ns, p, cliexit.Cause(err))
+			}
+		}
 		if ns.Kind == "ec" {
 			if volumes[ns.Name] {
 				return fmt.Errorf("--namespace %s: volume %q is named twice; each ec namespace needs its own volume", ns, ns.Name)
@@ -375,7 +385,13 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			"Once every listener is up it prints one line, `capsule target ready listeners=... nqn=... rpc=...`\n" +
 			"(and metrics=HOST:PORT with --metrics, and degraded=N when N devices of the store are out of use).\n" +
 			"SIGINT or SIGTERM: finish the commands in flight, flush the namespaces, close the store,\n" +
-			"exit 0.\n\n" +
+			"exit 0.\n" +
+			"\n" +
+			"Every flag (listeners, namespaces, --nqn and --allow-host, which must be NQNs such as\n" +
+			"nqn.2014-08.org.nvmexpress:uuid:UUID, the store's geometry and devices, the admin socket) and the\n" +
+			"whole configuration are checked, and the listeners opened, before anything is created under --data.\n" +
+			"Exit status: 0 stopped by a signal; 1 the target could not start (a bad --config or state\n" +
+			"file included) or failed; 2 bad flags or arguments. An error is one line on stderr.\n\n" +
 			"Example: target serve --listen iwarp://0.0.0.0:4420 --namespace ec:vol0:100GiB \\\n" +
 			"           --device /mnt/d0/capsule ... --device /mnt/d5/capsule \\\n" +
 			"           --allow-host nqn.2014-08.org.nvmexpress:uuid:...",
