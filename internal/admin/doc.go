@@ -64,7 +64,13 @@
 // A change that fails leaves the model as it was. Load runs a whole config
 // this way after checking every entry first, so a bad config fails before
 // anything is created, with the entry named: "subsystems[2].config[4]
-// (nvmf_subsystem_add_ns): no bdev (volume) named \"vol9\"".
+// (nvmf_subsystem_add_ns): no bdev (volume) named \"vol9\"". It then
+// opens the discovery subsystem's listeners (every listener of a saved
+// config) before the other entries, so an address in use fails before a
+// volume or file exists; a listener a config names only on another
+// subsystem is opened in its place. Host and subsystem NQNs are checked as
+// SPDK checks them (CheckNQN: nqn.yyyy-mm.domain[:name], or the UUID
+// form), more strictly than the wire side takes what hosts send.
 //
 // A config is the list of calls that rebuild the state, in three
 // subsystems: "capsule" (volume_create, fs_create), "bdev"
