@@ -167,6 +167,8 @@ const (
 	FeatureAsyncEventConfig     FeatureID = 0x0b
 	FeatureKeepAliveTimer       FeatureID = 0x0f
 	FeatureHostIdentifier       FeatureID = 0x81
+	FeatureReservationMask      FeatureID = 0x82 // Reservation Notification Mask, per namespace
+	FeatureReservationPersist   FeatureID = 0x83 // Reservation Persistence (PTPL), per namespace
 )
 
 // FeatureSelect is the SEL field of Get Features.

@@ -331,6 +331,10 @@ type featureValues struct {
 	tempUnder      uint16
 	errorRecovery  uint32
 	writeAtomicity uint32
+	// resMask is the Reservation Notification Mask by NSID (bits 3:1:
+	// registration preempted, reservation released, reservation
+	// preempted); no notices are sent yet, so it is only kept.
+	resMask map[uint32]uint32
 }
 
 // Feature values the host may set and get back.
@@ -355,6 +359,12 @@ const (
 	hostIDSize = 16
 	// hostIDEXHID is CDW11 bit 0 of Get Features 81h: the 128-bit form.
 	hostIDEXHID = 1
+	// featureNamespaceSpecific is DW0 bit 1 of Get Features with SEL
+	// 011b: the feature is namespace specific.
+	featureNamespaceSpecific = 1 << 1
+	// resMaskBits are the defined bits of the Reservation Notification
+	// Mask.
+	resMaskBits = 0xe
 )
 
 func prepareFeatures(r *request) nvmeof.Status {
@@ -381,7 +391,8 @@ func (c *controller) featureSupported(fid nvmeof.FeatureID) bool {
 		return true
 	case nvmeof.FeatureNumberOfQueues, nvmeof.FeatureVolatileWriteCache,
 		nvmeof.FeatureArbitration, nvmeof.FeaturePowerManagement, nvmeof.FeatureTemperatureThreshold,
-		nvmeof.FeatureErrorRecovery, nvmeof.FeatureWriteAtomicityNormal, nvmeof.FeatureHostIdentifier:
+		nvmeof.FeatureErrorRecovery, nvmeof.FeatureWriteAtomicityNormal, nvmeof.FeatureHostIdentifier,
+		nvmeof.FeatureReservationMask, nvmeof.FeatureReservationPersist:
 		return !c.discovery
 	}
 	return false
@@ -404,10 +415,29 @@ func temperatureThreshold(v uint32, setAll bool) (tmpsel, thsel uint32, ok bool)
 	return tmpsel, thsel, thsel <= 1 && (tmpsel <= 8 || setAll && tmpsel == tempSelAll)
 }
 
+// reservationFeatureNSID checks the NSID of the namespace-specific
+// reservation features: an active namespace, or FFFFFFFFh (all of them)
+// when all is allowed (Set Features).
+func reservationFeatureNSID(r *request, all bool) nvmeof.Status {
+	nsid := r.cmd.NSID
+	if all && nsid == nvmeof.NSIDAll {
+		return nvmeof.StatusSuccess
+	}
+	if r.q.ctrl.sub.Namespace(nsid) == nil {
+		return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
+	}
+	return nvmeof.StatusSuccess
+}
+
 func executeSetFeatures(r *request) nvmeof.Status {
 	ctrl, fid, v := r.q.ctrl, r.cmd.FID(), r.cmd.FeatureValue()
 	if !ctrl.featureSupported(fid) {
 		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+	}
+	if fid == nvmeof.FeatureReservationMask || fid == nvmeof.FeatureReservationPersist {
+		if st := reservationFeatureNSID(r, true); !st.Success() {
+			return st
+		}
 	}
 	ctrl.mu.Lock()
 	defer ctrl.mu.Unlock()
@@ -466,6 +496,22 @@ func executeSetFeatures(r *request) nvmeof.Status {
 	case nvmeof.FeatureHostIdentifier:
 		// On a fabrics controller the host identifier comes with Connect.
 		return r.fail(nvmeof.StatusCommandSequenceError.WithDNR(), nvmeof.CommandOffsetCDW10)
+	case nvmeof.FeatureReservationMask:
+		if ctrl.feat.resMask == nil {
+			ctrl.feat.resMask = map[uint32]uint32{}
+		}
+		if r.cmd.NSID == nvmeof.NSIDAll {
+			for _, ns := range ctrl.sub.Namespaces() {
+				ctrl.feat.resMask[ns.nsid] = v & resMaskBits
+			}
+		} else {
+			ctrl.feat.resMask[r.cmd.NSID] = v & resMaskBits
+		}
+	case nvmeof.FeatureReservationPersist:
+		if v&1 != 0 {
+			// Persist Through Power Loss: RESCAP does not claim it.
+			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		}
 	}
 	return nvmeof.StatusSuccess
 }
@@ -478,8 +524,17 @@ func executeGetFeatures(r *request) nvmeof.Status {
 	if sel > nvmeof.SelectCapabilities {
 		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
 	}
+	if fid == nvmeof.FeatureReservationMask || fid == nvmeof.FeatureReservationPersist {
+		if st := reservationFeatureNSID(r, false); !st.Success() {
+			return st
+		}
+	}
 	if sel == nvmeof.SelectCapabilities {
-		if fid != nvmeof.FeatureHostIdentifier {
+		switch fid {
+		case nvmeof.FeatureHostIdentifier:
+		case nvmeof.FeatureReservationMask, nvmeof.FeatureReservationPersist:
+			r.rsp.DW0 = featureChangeable | featureNamespaceSpecific
+		default:
 			r.rsp.DW0 = featureChangeable
 		}
 		return nvmeof.StatusSuccess
@@ -545,6 +600,12 @@ func executeGetFeatures(r *request) nvmeof.Status {
 		}
 	case nvmeof.FeatureHostIdentifier:
 		copy(r.data[:hostIDSize], ctrl.hostID[:])
+	case nvmeof.FeatureReservationMask:
+		if current {
+			r.rsp.DW0 = ctrl.feat.resMask[r.cmd.NSID]
+		}
+	case nvmeof.FeatureReservationPersist:
+		// PTPL is 0: reservations do not persist through power loss.
 	}
 	return nvmeof.StatusSuccess
 }

@@ -283,6 +283,8 @@
 //	Set Features 0Bh: any defined AEC bit     accept (0x11F from SPDK);  accept the defined bits   accept, reserved cleared
 //	                                          reserved bits dropped
 //	Set Features 81h (Host Identifier)        Command Sequence Error     Command Sequence Error    Command Sequence Error
+//	Set Features 83h PTPL 1                   Invalid Field (not         persists (configfs)       persists (JSON file)
+//	                                           claimed in RESCAP)
 //	Get Features 81h without EXHID            Invalid Field              Invalid Field             Invalid Field
 //	Set Features with SV                      Feature Not Saveable       not checked               Feature Not Saveable
 //	a fifth AER held                          AER Limit Exceeded         AER Limit Exceeded        AER Limit Exceeded
@@ -386,7 +388,8 @@
 //     live in memory: RESCAP does not claim Persist Through Power Loss
 //     and Register with CPTPL 11b is refused. Preempt and Abort aborts
 //     nothing (nothing waits in the target). No reservation notices
-//     (log page 80h, Set Features 82h and 83h) yet. Report answers the
+//     (log page 80h, the AER) yet: Set Features 82h keeps the mask it
+//     is given, 83h takes PTPL 0 only. Report answers the
 //     extended structure only (EDS 0 gets Host Identifier Inconsistent
 //     Format, as nvmet answers). Flush is not a reservation conflict.
 //     While no reservation is held, I/O checks one atomic flag.

@@ -86,6 +86,7 @@ func requireStatusIs(t *testing.T, want, got nvmeof.Status, what string) {
 func TestReservations(t *testing.T) {
 	tt := newTestTarget(t, transports()["shm"]())
 	a, b := newResHost(t, tt.url, 1), newResHost(t, tt.url, 2)
+	adm0 := adminQueue(t, tt.url, testSubNQN, 0)
 	ok := nvmeof.StatusSuccess
 	conflict := nvmeof.StatusReservationConflict.WithDNR()
 
@@ -175,9 +176,22 @@ func TestReservations(t *testing.T) {
 	c.DPTR = a.io.keyed(0, 64, false)
 	requireStatusIs(t, nvmeof.StatusHostIDInconsistentFormat.WithDNR(), a.io.do(c, nil).cqe.Status, "report without EDS")
 
+	// The reservation features of namespace 1: the notification mask is
+	// kept, persistence can only be off.
+	feat := func(op nvmeof.Opcode, fid nvmeof.FeatureID, nsid, v uint32) rawResponse {
+		c := nvmeof.Command{Opcode: op, NSID: nsid, CID: adm0.cid()}
+		c.CDW10, c.CDW11 = uint32(fid), v
+		return adm0.do(c, nil)
+	}
+	require.NoError(t, feat(nvmeof.AdminSetFeatures, nvmeof.FeatureReservationMask, 1, 0x6).cqe.Status.Err())
+	assert.Equal(t, uint32(0x6), feat(nvmeof.AdminGetFeatures, nvmeof.FeatureReservationMask, 1, 0).cqe.DW0)
+	require.NoError(t, feat(nvmeof.AdminSetFeatures, nvmeof.FeatureReservationPersist, 1, 0).cqe.Status.Err())
+	requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), feat(nvmeof.AdminSetFeatures, nvmeof.FeatureReservationPersist, 1, 1))
+	assert.Zero(t, feat(nvmeof.AdminGetFeatures, nvmeof.FeatureReservationPersist, 1, 0).cqe.DW0)
+	requireStatus(t, nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), feat(nvmeof.AdminGetFeatures, nvmeof.FeatureReservationMask, 9, 0))
+
 	// Identify says so.
 	var id nvmeof.IdentifyNamespace
-	adm := adminQueue(t, tt.url, testSubNQN, 0)
-	require.NoError(t, id.UnmarshalBinary(adm.identify(nvmeof.CNSNamespace, 1)))
+	require.NoError(t, id.UnmarshalBinary(adm0.identify(nvmeof.CNSNamespace, 1)))
 	assert.Equal(t, nvmeof.RESCAPAllTypes|nvmeof.RESCAPIgnoreExistingKey, id.RESCAP)
 }
