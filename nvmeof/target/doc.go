@@ -283,7 +283,7 @@
 //	Set Features 0Bh: any defined AEC bit     accept (0x11F from SPDK);  accept the defined bits   accept, reserved cleared
 //	                                          reserved bits dropped
 //	Set Features 81h (Host Identifier)        Command Sequence Error     Command Sequence Error    Command Sequence Error
-//	Set Features 83h PTPL 1                   Invalid Field (not         persists (configfs)       persists (JSON file)
+//	Set Features 83h PTPL 1                   Invalid Field (not         (not read)                persists (a JSON file)
 //	                                           claimed in RESCAP)
 //	Get Features 81h without EXHID            Invalid Field              Invalid Field             Invalid Field
 //	Set Features with SV                      Feature Not Saveable       not checked               Feature Not Saveable
