@@ -155,6 +155,14 @@
 // blocks. A request's commands run on one I/O queue, chosen round robin
 // by Submit, or by the caller with SubmitOn (submiton.go).
 //
+// # Reservations
+//
+// Namespace.ReservationRegister, ReservationAcquire, ReservationRelease
+// and ReservationReport (reservation.go) send the NVMe reservation
+// commands, one command each, as the host identifier of WithHostID; a
+// refusal is a *CommandError with Reservation Conflict, and so is a read
+// or write the namespace's reservation does not allow this host.
+//
 // # Vendor-specific commands
 //
 // Controller.Exec sends one vendor-specific I/O command (opcode 80h to
@@ -243,8 +251,12 @@
 // together have no order in NVMe, so any order of them is one the caller
 // already had to accept. (Linux requeues I/O across a reconnect for the
 // same reasons.) What would not be safe to repeat — fused
-// compare-and-write, reservations, a command that consumed a resource —
-// is never issued here; admin commands are never resubmitted. The one
+// compare-and-write, a command that consumed a resource — is never
+// issued here; admin commands are never resubmitted, nor are the
+// reservation commands (reservation.go: Namespace.ReservationRegister,
+// ReservationAcquire, ReservationRelease), which fail with
+// ErrControllerLost when in flight at a loss; ReservationReport, which
+// changes nothing, is resent. The one
 // hazard left is on the controller's side: a command the old association
 // received before the loss must not run after the new association has
 // completed a later write to the same blocks (a "ghost write"). The host

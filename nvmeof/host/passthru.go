@@ -64,6 +64,16 @@ type Passthru struct {
 // WithIOTimeout, WithCtrlLossTimeout): a command waiting for a reconnect
 // fails when the host gives up.
 func (c *Controller) Exec(ctx context.Context, p *Passthru) error {
+	if p.Cmd.Opcode < 0x80 {
+		return fmt.Errorf("%w: opcode %02Xh is not vendor specific", ErrInvalidRequest, uint8(p.Cmd.Opcode))
+	}
+	return c.exec(ctx, p)
+}
+
+// exec is Exec for any I/O opcode whose bits 1:0 give its data direction
+// (the vendor-specific ones, and the reservation commands of
+// reservation.go).
+func (c *Controller) exec(ctx context.Context, p *Passthru) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -95,9 +105,6 @@ func (c *Controller) Exec(ctx context.Context, p *Passthru) error {
 
 // checkPassthru refuses what one command cannot carry.
 func (c *Controller) checkPassthru(p *Passthru) error {
-	if p.Cmd.Opcode < 0x80 {
-		return fmt.Errorf("%w: opcode %02Xh is not vendor specific", ErrInvalidRequest, uint8(p.Cmd.Opcode))
-	}
 	a, err := c.liveAssociation()
 	maxTransfer, icd := DefaultMaxTransfer, 0
 	if err == nil {
