@@ -88,9 +88,9 @@ func runMigrate(c *cli.Context) error {
 	progress.finish()
 	if err != nil {
 		if errors.Is(err, chunkstore.ErrDeviceBusy) {
-			return &storeOpenError{msg: "migrate: " + storeError(err) + "; another process has the store open, most likely a running `target serve`: stop it first", err: err}
+			return &lineError{msg: "migrate: " + storeError(err) + "; another process has the store open, most likely a running `target serve`: stop it first", err: err}
 		}
-		return &storeOpenError{msg: "migrate: " + storeError(err), err: err}
+		return &lineError{msg: "migrate: " + storeError(err), err: err}
 	}
 	fmt.Fprintf(w, "the store in %s is format v2\n", target)
 	fmt.Fprintf(w, "migrate: format=2 volumes=%d chunks=%d stripes=%d converted=%t\n",

@@ -137,12 +137,12 @@ func runRepair(c *cli.Context) error {
 		pos, rep.Stripes, rep.Rebuilt, rep.Skipped, rep.Unrecoverable, rep.Bytes, rebuildErr == nil)
 	if rebuildErr != nil {
 		if c.Context.Err() != nil {
-			return fmt.Errorf("repair interrupted; its progress is saved: run the same command again to resume: %w", rebuildErr)
+			return &lineError{msg: "repair interrupted; its progress is saved: run the same command again to resume: " + storeError(rebuildErr), err: rebuildErr}
 		}
-		return fmt.Errorf("repair of device %d: %w (run the same command again to resume once the cause is fixed)", pos, rebuildErr)
+		return &lineError{msg: fmt.Sprintf("repair of device %d: %s (run the same command again to resume once the cause is fixed)", pos, storeError(rebuildErr)), err: rebuildErr}
 	}
 	if closeErr != nil {
-		return fmt.Errorf("repair: closing the store: %w", closeErr)
+		return &lineError{msg: "repair: closing the store: " + storeError(closeErr), err: closeErr}
 	}
 	if !sameDir(device, l.dirs[pos]) {
 		fmt.Fprintf(c.App.ErrWriter, "repair: device %d is now %s, but commands given --data look for %s: "+

@@ -215,7 +215,7 @@ func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
 	if hint != "" {
 		msg += "; " + hint
 	}
-	return nil, &storeOpenError{msg: msg, err: err}
+	return nil, &lineError{msg: msg, err: err}
 }
 
 // reportDevices warns on w about every device the store cannot use and
@@ -294,9 +294,10 @@ func runScrub(c *cli.Context) error {
 		}
 		return cli.Exit(msg, exitUnrecoverable)
 	case scrubErr != nil:
-		return fmt.Errorf("scrub stopped after %d stripes (the repairs made so far are on disk; run it again to check the rest): %w", rep.Checked, scrubErr)
+		return &lineError{msg: fmt.Sprintf("scrub stopped after %d stripes (the repairs made so far are on disk; run it again to check the rest): %s",
+			rep.Checked, storeError(scrubErr)), err: scrubErr}
 	case closeErr != nil:
-		return fmt.Errorf("scrub: closing the store: %w", closeErr)
+		return &lineError{msg: "scrub: closing the store: " + storeError(closeErr), err: closeErr}
 	}
 	return nil
 }

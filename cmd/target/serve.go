@@ -689,7 +689,7 @@ func openServeStore(cfg serveConfig, log *slog.Logger) (*chunkstore.Store, error
 		if hint != "" {
 			msg += "; " + hint
 		}
-		return nil, &storeOpenError{msg: msg, err: err}
+		return nil, &lineError{msg: msg, err: err}
 	}
 	in := s.Info()
 	log.Info("erasure-coded store open", "id", in.ID, "ec", in.Geometry, "stripe_unit", in.StripeUnit,

@@ -95,12 +95,12 @@ func positions(ps []int) string {
 	return strings.Join(out, ", ")
 }
 
-// storeOpenError is a store that did not open: one line for the
-// operator, and the chunkstore error beneath it for errors.Is.
-type storeOpenError struct {
+// lineError is an error of the store as one line for the operator
+// (storeError's), with the chunkstore error beneath it for errors.Is.
+type lineError struct {
 	msg string
 	err error
 }
 
-func (e *storeOpenError) Error() string { return e.msg }
-func (e *storeOpenError) Unwrap() error { return e.err }
+func (e *lineError) Error() string { return e.msg }
+func (e *lineError) Unwrap() error { return e.err }
