@@ -55,6 +55,8 @@ func TestExitStatus(t *testing.T) {
 		{[]string{"perf", "run"}, 2, "--connect URL is required"},
 		{[]string{"perf", "run", "--connect", "iwarp://127.0.0.1:1", "--op", "jump"}, 2, "--op"},
 		{[]string{"perf", "serve", "--nope"}, 2, "target: perf serve: flag provided but not defined"},
+		{[]string{"perf", "run", "--connect", "iwarp://127.0.0.1:1", "--duration", "10ms", "--warmup", "0s"}, 1,
+			"target: perf run: --connect iwarp://127.0.0.1:1: connection refused"},
 		{[]string{"rpc"}, 2, "target: rpc: want METHOD"},
 		{[]string{"rpc", "--socket", filepath.Join(data, "none.sock"), "volume_list"}, 1, "is `target serve` running?"},
 	} {

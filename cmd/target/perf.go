@@ -67,7 +67,7 @@ func perfServe(ctx context.Context, out io.Writer, urls []string) error {
 	for _, u := range urls {
 		s, err := perftest.Listen(ctx, u, slog.Default())
 		if err != nil {
-			return fmt.Errorf("listen %s: %w", u, err)
+			return fmt.Errorf("perf serve: --listen %s: cannot listen: %s", u, cliexit.Cause(err))
 		}
 		servers = append(servers, s)
 		addrs = append(addrs, s.Addr())
@@ -99,7 +99,7 @@ func perfRun(c *cli.Context) error {
 		Op: op, Size: int(size), QD: c.Int("qd"), Duration: c.Duration("duration"), Warmup: c.Duration("warmup"),
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("perf run: --connect %s: %s", c.String("connect"), cliexit.Cause(err))
 	}
 	fmt.Fprintln(c.App.Writer, res)
 	return nil
