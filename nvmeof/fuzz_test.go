@@ -446,6 +446,8 @@ func FuzzReservation(f *testing.F) {
 	f.Add(annotated("0a00000000000000 # CRKEY"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		roundTrip[ReservationKeys](t, b)
+		roundTrip[ReservationNotice](t, b)
+		roundTrip[ReservationNotice](t, sized(b, ResNoticeLogSize))
 		if s := roundTrip[ReservationStatus](t, b); s != nil {
 			require.Equal(t, len(b), s.Size())
 			// A short buffer gets a prefix of the whole.

@@ -275,3 +275,63 @@ func (s *ReservationStatus) UnmarshalBinary(b []byte) error {
 	*s = x
 	return nil
 }
+
+// Reservation Notification log page (80h): one notice per read, the
+// oldest first.
+const (
+	ResNoticeLogSize      = 64
+	ResNoticeOffsetLPC    = 0 // 8 bytes, Log Page Count
+	ResNoticeOffsetRNLPT  = 8 // Reservation Notification Log Page Type
+	ResNoticeOffsetNALP   = 9 // Number of Available Log Pages after this one
+	ResNoticeOffsetNSID   = 12
+	ResNoticeEmpty        = 0
+	ResNoticeRegPreempted = 1 // the host's registration was preempted
+	ResNoticeResReleased  = 2 // a reservation was released
+	ResNoticeResPreempted = 3 // a reservation was preempted
+	// AsyncEventInfoReservationLog is the event information of the
+	// Asynchronous Event (type I/O command specific status) that says a
+	// reservation notice is in log page 80h.
+	AsyncEventInfoReservationLog = 0
+)
+
+// ReservationNotice is the Reservation Notification log page.
+type ReservationNotice struct {
+	Count     uint64 // LPC: notices created so far for this controller
+	Type      uint8  // RNLPT (ResNotice...)
+	Available uint8  // NALP: notices still waiting, at most 255
+	NSID      uint32
+}
+
+// MarshalTo writes the 64-byte log page into b, reserved bytes cleared.
+func (n *ReservationNotice) MarshalTo(b []byte) (int, error) {
+	if err := needAtLeast("reservation notification log", b, ResNoticeLogSize); err != nil {
+		return 0, err
+	}
+	clear(b[:ResNoticeLogSize])
+	le.PutUint64(b[ResNoticeOffsetLPC:], n.Count)
+	b[ResNoticeOffsetRNLPT] = n.Type
+	b[ResNoticeOffsetNALP] = n.Available
+	le.PutUint32(b[ResNoticeOffsetNSID:], n.NSID)
+	return ResNoticeLogSize, nil
+}
+
+// MarshalBinary encodes the log page.
+func (n *ReservationNotice) MarshalBinary() ([]byte, error) {
+	b := make([]byte, ResNoticeLogSize)
+	_, err := n.MarshalTo(b)
+	return b, err
+}
+
+// UnmarshalBinary decodes exactly 64 bytes.
+func (n *ReservationNotice) UnmarshalBinary(b []byte) error {
+	if err := needExactly("reservation notification log", b, ResNoticeLogSize); err != nil {
+		return err
+	}
+	*n = ReservationNotice{
+		Count:     le.Uint64(b[ResNoticeOffsetLPC:]),
+		Type:      b[ResNoticeOffsetRNLPT],
+		Available: b[ResNoticeOffsetNALP],
+		NSID:      le.Uint32(b[ResNoticeOffsetNSID:]),
+	}
+	return nil
+}

@@ -228,7 +228,7 @@ func prepareGetLogPage(r *request) nvmeof.Status {
 		if nsid := c.NSID; nsid != 0 && nsid != nvmeof.NSIDAll && ctrl.sub.Namespace(nsid) == nil {
 			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
 		}
-	case lid == nvmeof.LogFirmwareSlot, lid == nvmeof.LogChangedNamespaceList:
+	case lid == nvmeof.LogFirmwareSlot, lid == nvmeof.LogChangedNamespaceList, lid == nvmeof.LogReservationNotification:
 	default:
 		return r.fail(nvmeof.StatusInvalidLogPage.WithDNR(), nvmeof.CommandOffsetCDW10)
 	}
@@ -249,6 +249,8 @@ func executeGetLogPage(r *request) nvmeof.Status {
 		size = nvmeof.FirmwareSlotLogSize
 	case nvmeof.LogChangedNamespaceList:
 		size = nvmeof.ChangedNamespaceLogSize
+	case nvmeof.LogReservationNotification:
+		size = nvmeof.ResNoticeLogSize
 	}
 	var page []byte
 	if c.LID() == nvmeof.LogDiscovery {
@@ -270,6 +272,8 @@ func executeGetLogPage(r *request) nvmeof.Status {
 		fw.MarshalTo(page)
 	case nvmeof.LogChangedNamespaceList:
 		ctrl.changedNamespacePage(page, c.RAE())
+	case nvmeof.LogReservationNotification:
+		ctrl.reservationNoticePage(page, c.RAE())
 	}
 	if st := nvmeof.CopyLogPage(r.data[:r.dataLen], page, offset); !st.Success() {
 		return r.fail(st, nvmeof.CommandOffsetCDW12)

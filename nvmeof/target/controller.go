@@ -86,6 +86,11 @@ type controller struct {
 	discEventPending, discEventMasked bool
 	changed                           []uint32 // changed NSIDs, ascending, at most 1024
 	changedOverflow                   bool
+	// Reservation notices (log page 80h), oldest first, at most
+	// maxResNotices; resCount counts every notice made (LPC).
+	resNotices                      []nvmeof.ReservationNotice
+	resCount                        uint64
+	resEventPending, resEventMasked bool
 
 	errMu    sync.Mutex // guards errLog and errCount; taken alone or after mu
 	errLog   [errorLogEntries]nvmeof.ErrorLogEntry
@@ -369,6 +374,10 @@ func (c *controller) deliverEventsLocked() {
 			c.nsEventPending, c.nsEventMasked = false, true
 			ev = nvmeof.AsyncEvent{Type: nvmeof.AsyncEventNotice, Info: nvmeof.NoticeNamespaceAttributeChanged,
 				LogPage: nvmeof.LogChangedNamespaceList}
+		case c.resEventPending && !c.resEventMasked:
+			c.resEventPending, c.resEventMasked = false, true
+			ev = nvmeof.AsyncEvent{Type: nvmeof.AsyncEventIOCommandSpecific, Info: nvmeof.AsyncEventInfoReservationLog,
+				LogPage: nvmeof.LogReservationNotification}
 		case c.discEventPending && !c.discEventMasked:
 			c.discEventPending, c.discEventMasked = false, true
 			ev = nvmeof.AsyncEvent{Type: nvmeof.AsyncEventNotice, Info: nvmeof.NoticeDiscoveryLogPageChange,

@@ -41,9 +41,11 @@
 // I/O queues naming that CNTLID attach queues to it. A controller holds
 // the property registers (CAP, VS, CC, CSTS: the enable, reset and
 // shutdown handshakes), the features (Number of Queues, Keep Alive
-// Timer, Asynchronous Event Configuration, Volatile Write Cache), held
-// Asynchronous Event Requests, the error log and the changed namespace
-// list. It ends when its admin queue's connection ends, when the
+// Timer, Asynchronous Event Configuration, Volatile Write Cache and the
+// other mandatory ones), held
+// Asynchronous Event Requests, the error log, the changed namespace
+// list and the reservation notices. Each namespace holds its
+// reservation and its registrants (reservation.go). It ends when its admin queue's connection ends, when the
 // keep-alive timer expires (every command restarts it: CTRATT.TBKAS), or
 // when the target shuts down; then every queue of it is disconnected and
 // everything it held is freed.
@@ -387,9 +389,10 @@
 //     (HOSTID of Connect), every type, with IEKEY ignoring CRKEY; they
 //     live in memory: RESCAP does not claim Persist Through Power Loss
 //     and Register with CPTPL 11b is refused. Preempt and Abort aborts
-//     nothing (nothing waits in the target). No reservation notices
-//     (log page 80h, the AER) yet: Set Features 82h keeps the mask it
-//     is given, 83h takes PTPL 0 only. Report answers the
+//     nothing (nothing waits in the target). Reservation notices go to
+//     the hosts concerned in log page 80h with an Asynchronous Event
+//     (type I/O command specific), unless Set Features 82h masks them;
+//     83h takes PTPL 0 only. Report answers the
 //     extended structure only (EDS 0 gets Host Identifier Inconsistent
 //     Format, as nvmet answers). Flush is not a reservation conflict.
 //     While no reservation is held, I/O checks one atomic flag.

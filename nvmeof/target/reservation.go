@@ -1,6 +1,7 @@
 package target
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -16,8 +17,15 @@ import (
 // target: RESCAP does not claim Persist Through Power Loss, and
 // Register's CPTPL asking to set it is refused. Preempt and Abort
 // preempts and aborts nothing in flight (commands are not queued in the
-// target), which the specification allows. No reservation notifications
-// are sent.
+// target), which the specification allows.
+//
+// Reservation notices go to every controller of the hosts concerned, in
+// log page 80h with an Asynchronous Event (I/O command specific status),
+// unless the host masked them (Set Features 82h): Registration Preempted
+// to the hosts a Preempt or Clear removed, Reservation Preempted to the
+// other registrants when a Preempt moved the reservation, Reservation
+// Released to the other registrants when a reservation of a Registrants
+// Only or All Registrants type ended by Release or Unregister.
 
 // reservation is the reservation state of one namespace.
 type reservation struct {
@@ -109,6 +117,12 @@ func prepareReservation(r *request) nvmeof.Status {
 	return nvmeof.StatusSuccess
 }
 
+// resNotice is a reservation notice for the controllers of one host.
+type resNotice struct {
+	host [16]byte
+	typ  uint8
+}
+
 func executeReservation(r *request) nvmeof.Status {
 	var keys nvmeof.ReservationKeys
 	if r.dir == nvmeof.HostToController {
@@ -116,6 +130,25 @@ func executeReservation(r *request) nvmeof.Status {
 			return nvmeof.StatusInternalError
 		}
 	}
+	var notices []resNotice
+	st := applyReservation(r, keys, &notices)
+	if len(notices) > 0 {
+		r.q.ctrl.sub.reservationNotices(r.ns.nsid, notices)
+	}
+	return st
+}
+
+// othersLocked appends a notice of type typ for every registrant but the
+// hosts in but.
+func (rs *reservation) othersLocked(out *[]resNotice, typ uint8, but ...[16]byte) {
+	for h := range rs.regs {
+		if !slices.Contains(but, h) {
+			*out = append(*out, resNotice{host: h, typ: typ})
+		}
+	}
+}
+
+func applyReservation(r *request, keys nvmeof.ReservationKeys, notices *[]resNotice) nvmeof.Status {
 	rs, ctrl := &r.ns.res, r.q.ctrl
 	host := ctrl.hostID
 	rs.mu.Lock()
@@ -152,6 +185,9 @@ func executeReservation(r *request) nvmeof.Status {
 			delete(rs.regs, host)
 			rs.gen++
 			if holder && (!rs.rtype.AllRegistrants() || len(rs.regs) == 0) {
+				if rs.rtype.RegistrantsAccess() {
+					rs.othersLocked(notices, nvmeof.ResNoticeResReleased)
+				}
 				rs.setLocked(nvmeof.ReservationNone, [16]byte{})
 			}
 		case nvmeof.ReservationReplace:
@@ -184,7 +220,7 @@ func executeReservation(r *request) nvmeof.Status {
 			}
 			return nvmeof.StatusSuccess
 		}
-		return rs.preemptLocked(host, t, keys.Other)
+		return rs.preemptLocked(host, t, keys.Other, notices)
 	case nvmeof.IOReservationRelease:
 		if c.ReservationAction() > nvmeof.ReservationClear {
 			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
@@ -193,6 +229,7 @@ func executeReservation(r *request) nvmeof.Status {
 			return nvmeof.StatusReservationConflict.WithDNR()
 		}
 		if c.ReservationAction() == nvmeof.ReservationClear {
+			rs.othersLocked(notices, nvmeof.ResNoticeRegPreempted, host)
 			clear(rs.regs)
 			rs.gen++
 			rs.setLocked(nvmeof.ReservationNone, [16]byte{})
@@ -203,6 +240,9 @@ func executeReservation(r *request) nvmeof.Status {
 		}
 		if c.ReservationType() != rs.rtype {
 			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+		}
+		if rs.rtype.RegistrantsAccess() {
+			rs.othersLocked(notices, nvmeof.ResNoticeResReleased, host)
 		}
 		rs.setLocked(nvmeof.ReservationNone, [16]byte{})
 		return nvmeof.StatusSuccess
@@ -231,11 +271,12 @@ func executeReservation(r *request) nvmeof.Status {
 // key prkey (other than the host's own) are removed; if the reservation
 // was held by one of them, or by all registrants and prkey is 0, the
 // host now holds a reservation of type t.
-func (rs *reservation) preemptLocked(host [16]byte, t nvmeof.ReservationType, prkey uint64) nvmeof.Status {
+func (rs *reservation) preemptLocked(host [16]byte, t nvmeof.ReservationType, prkey uint64, notices *[]resNotice) nvmeof.Status {
 	if rs.rtype.AllRegistrants() && prkey == 0 {
 		for h := range rs.regs {
 			if h != host {
 				delete(rs.regs, h)
+				*notices = append(*notices, resNotice{host: h, typ: nvmeof.ResNoticeRegPreempted})
 			}
 		}
 		rs.gen++
@@ -252,6 +293,7 @@ func (rs *reservation) preemptLocked(host [16]byte, t nvmeof.ReservationType, pr
 			holderPreempted = true
 		}
 		delete(rs.regs, h)
+		*notices = append(*notices, resNotice{host: h, typ: nvmeof.ResNoticeRegPreempted})
 		removed = true
 	}
 	self := rs.holder == host && rs.regs[host].key == prkey
@@ -259,10 +301,68 @@ func (rs *reservation) preemptLocked(host [16]byte, t nvmeof.ReservationType, pr
 	case holderPreempted || (self && !rs.rtype.AllRegistrants() && rs.rtype != nvmeof.ReservationNone):
 		// The holder was preempted (or preempts itself): the host holds
 		// the reservation now, of the type it asked for.
+		if holderPreempted {
+			rs.othersLocked(notices, nvmeof.ResNoticeResPreempted, host)
+		}
 		rs.setLocked(t, host)
 	case !removed:
 		return nvmeof.StatusReservationConflict.WithDNR()
 	}
 	rs.gen++
 	return nvmeof.StatusSuccess
+}
+
+// maxResNotices is the most reservation notices a controller keeps
+// unread; later ones are dropped (the log page count still counts them).
+const maxResNotices = 255
+
+// reservationNotices hands each notice to the controllers of its host.
+func (s *Subsystem) reservationNotices(nsid uint32, notices []resNotice) {
+	s.mu.Lock()
+	ctrls := s.controllerListLocked()
+	s.mu.Unlock()
+	for _, c := range ctrls {
+		for _, n := range notices {
+			if c.hostID == n.host {
+				c.reservationNotice(nsid, n.typ)
+			}
+		}
+	}
+}
+
+// reservationNotice logs a notice of type typ about namespace nsid,
+// unless the host masked that type (Set Features 82h), and raises the
+// event.
+func (c *controller) reservationNotice(nsid uint32, typ uint8) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead || c.feat.resMask[nsid]&(1<<typ) != 0 {
+		return
+	}
+	c.resCount++
+	if len(c.resNotices) < maxResNotices {
+		c.resNotices = append(c.resNotices, nvmeof.ReservationNotice{Count: c.resCount, Type: typ, NSID: nsid})
+	}
+	c.resEventPending = true
+	c.deliverEventsLocked()
+}
+
+// reservationNoticePage fills page with the oldest notice and removes it
+// (an empty page when there is none). Read with RAE clear, it unmasks
+// the event, which comes again while notices remain.
+func (c *controller) reservationNoticePage(page []byte, rae bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n nvmeof.ReservationNotice
+	if len(c.resNotices) > 0 {
+		n = c.resNotices[0]
+		c.resNotices = c.resNotices[1:]
+		n.Available = uint8(min(len(c.resNotices), 255))
+	}
+	n.MarshalTo(page)
+	if !rae {
+		c.resEventMasked = false
+		c.resEventPending = len(c.resNotices) > 0
+		c.deliverEventsLocked()
+	}
 }

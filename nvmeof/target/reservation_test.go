@@ -11,9 +11,10 @@ import (
 
 // resHost is one host (its host ID) with an I/O queue to namespace 1.
 type resHost struct {
-	t  *testing.T
-	id [16]byte
-	io *rawQueue
+	t     *testing.T
+	id    [16]byte
+	admin *rawQueue
+	io    *rawQueue
 }
 
 func newResHost(t *testing.T, url string, id byte) *resHost {
@@ -31,7 +32,7 @@ func newResHost(t *testing.T, url string, id byte) *resHost {
 	r = io.connect(31, 0, data, true)
 	require.NoError(t, r.cqe.Status.Err())
 	io.cntlid = admin.cntlid
-	return &resHost{t: t, id: data.HostID, io: io}
+	return &resHost{t: t, id: data.HostID, admin: admin, io: io}
 }
 
 func (h *resHost) keys(op nvmeof.Opcode, action uint8, iekey bool, rtype nvmeof.ReservationType, cptpl uint8, crkey, other uint64) nvmeof.Status {
@@ -194,4 +195,54 @@ func TestReservations(t *testing.T) {
 	var id nvmeof.IdentifyNamespace
 	require.NoError(t, id.UnmarshalBinary(adm0.identify(nvmeof.CNSNamespace, 1)))
 	assert.Equal(t, nvmeof.RESCAPAllTypes|nvmeof.RESCAPIgnoreExistingKey, id.RESCAP)
+}
+
+// notice reads log page 80h on h's admin queue.
+func (h *resHost) notice() nvmeof.ReservationNotice {
+	h.t.Helper()
+	var n nvmeof.ReservationNotice
+	require.NoError(h.t, n.UnmarshalBinary(h.admin.getLogPage(nvmeof.LogReservationNotification, 0, 0, nvmeof.ResNoticeLogSize)))
+	return n
+}
+
+func TestReservationNotices(t *testing.T) {
+	tt := newTestTarget(t, transports()["shm"]())
+	a, b := newResHost(t, tt.url, 1), newResHost(t, tt.url, 2)
+	aer := nvmeof.Command{Opcode: nvmeof.AdminAsyncEventRequest, CID: 0x5000}
+	a.admin.submit(&aer, nil)
+	require.NoError(t, a.register(nvmeof.ReservationRegister, false, 0, 0xa).Err())
+	require.NoError(t, b.register(nvmeof.ReservationRegister, false, 0, 0xb).Err())
+	require.NoError(t, a.acquire(nvmeof.ReservationAcquire, nvmeof.ReservationWriteExclusiveRegOnly, 0xa, 0).Err())
+
+	// B preempts A: A hears of it.
+	require.NoError(t, b.acquire(nvmeof.ReservationPreempt, nvmeof.ReservationWriteExclusiveRegOnly, 0xb, 0xa).Err())
+	r := a.admin.wait(0x5000)
+	require.NoError(t, r.cqe.Status.Err())
+	ev := nvmeof.ParseAsyncEvent(r.cqe.DW0)
+	assert.Equal(t, nvmeof.AsyncEventIOCommandSpecific, ev.Type)
+	assert.Equal(t, nvmeof.LogReservationNotification, ev.LogPage)
+	n := a.notice()
+	assert.Equal(t, uint8(nvmeof.ResNoticeRegPreempted), n.Type)
+	assert.Equal(t, uint32(1), n.NSID)
+	assert.Equal(t, uint64(1), n.Count)
+	assert.Zero(t, n.Available)
+	assert.Equal(t, uint8(nvmeof.ResNoticeEmpty), a.notice().Type, "read once")
+
+	// A registers again; B releases its Registrants Only reservation: A
+	// hears that, B does not.
+	require.NoError(t, a.register(nvmeof.ReservationRegister, false, 0, 0xa).Err())
+	aer.CID = 0x5001
+	a.admin.submit(&aer, nil)
+	require.NoError(t, b.release(nvmeof.ReservationRelease, nvmeof.ReservationWriteExclusiveRegOnly, 0xb).Err())
+	require.NoError(t, a.admin.wait(0x5001).cqe.Status.Err())
+	n = a.notice()
+	assert.Equal(t, uint8(nvmeof.ResNoticeResReleased), n.Type)
+	assert.Equal(t, uint64(2), n.Count)
+	assert.Equal(t, uint8(nvmeof.ResNoticeEmpty), b.notice().Type)
+
+	// Masked notices are not logged.
+	c := nvmeof.Command{Opcode: nvmeof.AdminSetFeatures, NSID: 1, CID: a.admin.cid(), CDW10: uint32(nvmeof.FeatureReservationMask), CDW11: 1 << nvmeof.ResNoticeRegPreempted}
+	require.NoError(t, a.admin.do(c, nil).cqe.Status.Err())
+	require.NoError(t, b.release(nvmeof.ReservationClear, 0, 0xb).Err())
+	assert.Equal(t, uint8(nvmeof.ResNoticeEmpty), a.notice().Type, "masked")
 }
