@@ -104,7 +104,7 @@ func executeIdentify(r *request) nvmeof.Status {
 			clear(buf)
 			return nvmeof.StatusSuccess
 		}
-		id := nvmeof.IdentifyNamespaceIndependent{NMIC: 1, RESCAP: rescap, NSTAT: nvmeof.NSTATReady}
+		id := nvmeof.IdentifyNamespaceIndependent{NMIC: 1, RESCAP: ns.rescap(), NSTAT: nvmeof.NSTATReady}
 		_, err = id.MarshalTo(buf)
 	case nvmeof.CNSControllerCommandSet:
 		id := ctrl.identifyNVM()
@@ -186,9 +186,16 @@ func (c *controller) identifyNVM() nvmeof.IdentifyControllerNVM {
 	return nvmeof.IdentifyControllerNVM{WZSL: c.t.cfg.mdts()}
 }
 
-// rescap is RESCAP: every reservation type, IEKEY ignoring CRKEY, no
-// persistence through power loss (reservation.go).
-const rescap = nvmeof.RESCAPAllTypes | nvmeof.RESCAPIgnoreExistingKey
+// rescap is RESCAP: every reservation type, IEKEY ignoring CRKEY, and
+// persistence through power loss where the namespace has a
+// ReservationStore (reservation.go, ptpl.go).
+func (ns *Namespace) rescap() uint8 {
+	c := nvmeof.RESCAPAllTypes | nvmeof.RESCAPIgnoreExistingKey
+	if ns.res.store != nil {
+		c |= nvmeof.RESCAPPersistThroughPowerLoss
+	}
+	return c
+}
 
 // identify returns the Identify Namespace data of ns.
 func (ns *Namespace) identify() nvmeof.IdentifyNamespace {
@@ -200,7 +207,7 @@ func (ns *Namespace) identify() nvmeof.IdentifyNamespace {
 		NLBAF:  0,
 		NMIC:   1, // may be attached to several controllers
 		DLFEAT: nvmeof.DLFEATReadZeroes | nvmeof.DLFEATWriteZeroesDeallocate,
-		RESCAP: rescap,
+		RESCAP: ns.rescap(),
 		NGUID:  ns.nguid,
 	}
 	id.LBAF[0] = nvmeof.LBAFormat{LBADS: uint8(ns.blockShift)}
@@ -512,9 +519,8 @@ func executeSetFeatures(r *request) nvmeof.Status {
 			ctrl.feat.resMask[r.cmd.NSID] = v & resMaskBits
 		}
 	case nvmeof.FeatureReservationPersist:
-		if v&1 != 0 {
-			// Persist Through Power Loss: RESCAP does not claim it.
-			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW11)
+		if st := setPTPL(r, v&1 != 0); !st.Success() {
+			return st
 		}
 	}
 	return nvmeof.StatusSuccess
@@ -609,7 +615,13 @@ func executeGetFeatures(r *request) nvmeof.Status {
 			r.rsp.DW0 = ctrl.feat.resMask[r.cmd.NSID]
 		}
 	case nvmeof.FeatureReservationPersist:
-		// PTPL is 0: reservations do not persist through power loss.
+		if ns := ctrl.sub.Namespace(r.cmd.NSID); current && ns != nil {
+			ns.res.mu.Lock()
+			if ns.res.ptpl {
+				r.rsp.DW0 = 1
+			}
+			ns.res.mu.Unlock()
+		}
 	}
 	return nvmeof.StatusSuccess
 }

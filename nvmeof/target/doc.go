@@ -67,7 +67,8 @@
 //	admin.go       Identify, Get Log Page, Set/Get Features, Keep Alive, AER, Abort
 //	nvm.go         Read, Write, Flush, Write Zeroes, Dataset Management
 //	reservation.go Reservation Register, Acquire, Release, Report, and the
-//	               reservation conflicts of I/O
+//	               reservation conflicts of I/O; notices
+//	ptpl.go        ReservationStore: reservations through power loss
 //	discovery.go   the discovery log page and listener addresses
 //	vendor.go      vendor-specific I/O commands (80h-FFh), routed to the
 //	               VendorHandler of a namespace (the file service)
@@ -285,8 +286,9 @@
 //	Set Features 0Bh: any defined AEC bit     accept (0x11F from SPDK);  accept the defined bits   accept, reserved cleared
 //	                                          reserved bits dropped
 //	Set Features 81h (Host Identifier)        Command Sequence Error     Command Sequence Error    Command Sequence Error
-//	Set Features 83h PTPL 1                   Invalid Field (not         (not read)                persists (a JSON file)
-//	                                           claimed in RESCAP)
+//	Set Features 83h PTPL 1, Register CPTPL   persist (with a            (not read)                persist (a JSON file)
+//	  11b                                      ReservationStore), else
+//	                                           Invalid Field
 //	Get Features 81h without EXHID            Invalid Field              Invalid Field             Invalid Field
 //	Set Features with SV                      Feature Not Saveable       not checked               Feature Not Saveable
 //	a fifth AER held                          AER Limit Exceeded         AER Limit Exceeded        AER Limit Exceeded
@@ -386,9 +388,13 @@
 //     Commands Supported and Effects log (LPA does not claim one) and no
 //     ANA.
 //   - Reservations (reservation.go) are per namespace and per host
-//     (HOSTID of Connect), every type, with IEKEY ignoring CRKEY; they
-//     live in memory: RESCAP does not claim Persist Through Power Loss
-//     and Register with CPTPL 11b is refused. Preempt and Abort aborts
+//     (HOSTID of Connect), every type, with IEKEY ignoring CRKEY. They
+//     live in memory unless the namespace has a ReservationStore
+//     (NamespaceConfig.Reservations, ptpl.go): then RESCAP claims
+//     Persist Through Power Loss, and with PTPL on (Register CPTPL 11b,
+//     Set Features 83h) every change is saved before its command
+//     completes and comes back when the namespace is added again;
+//     without one, PTPL on is refused with Invalid Field. Preempt and Abort aborts
 //     nothing (nothing waits in the target). Reservation notices go to
 //     the hosts concerned in log page 80h with an Asynchronous Event
 //     (type I/O command specific), unless Set Features 82h masks them;

@@ -38,6 +38,10 @@ type NamespaceConfig struct {
 	// Device has no blocks (NSZE 0): Flush syncs the handler, and Close
 	// of the target closes it if it is an io.Closer.
 	Vendor VendorHandler
+	// Reservations keeps the namespace's reservations across restarts
+	// when a host asks for Persist Through Power Loss (ptpl.go); without
+	// it they are in memory only and RESCAP does not claim PTPL.
+	Reservations ReservationStore
 }
 
 // Namespace is a namespace of a subsystem: a block device seen in blocks.
@@ -95,6 +99,7 @@ func newNamespace(sub *Subsystem, cfg NamespaceConfig) (*Namespace, error) {
 		nguid:       cfg.NGUID,
 		nonBlocking: blockdev.IsNonBlocking(cfg.Device),
 		vendor:      cfg.Vendor,
+		res:         reservation{store: cfg.Reservations},
 	}
 	uuid, nguid := DeriveNamespaceIDs(sub.nqn, cfg.NSID)
 	if ns.uuid == [16]byte{} {

@@ -13,9 +13,9 @@ import (
 // and abort), Release (and clear) and Report on a namespace, every
 // reservation type, and the reservation conflicts of I/O. A host is its
 // 128-bit host identifier (the HOSTID of its Connect): its controllers
-// share its registration. Reservations live in memory and end with the
-// target: RESCAP does not claim Persist Through Power Loss, and
-// Register's CPTPL asking to set it is refused. Preempt and Abort
+// share its registration. Reservations live in memory, and through
+// restarts where the namespace has a ReservationStore and a host turned
+// Persist Through Power Loss on (ptpl.go). Preempt and Abort
 // preempts and aborts nothing in flight (commands are not queued in the
 // target), which the specification allows.
 //
@@ -33,11 +33,18 @@ type reservation struct {
 	// look at the rest, under mu.
 	active atomic.Bool
 
-	mu     sync.Mutex // guards the fields below; taken alone
+	mu     sync.Mutex // guards the fields below; taken alone or after controller.mu
 	gen    uint32     // generation: bumped by preemptions, clears and unregistrations
 	rtype  nvmeof.ReservationType
 	holder [16]byte // host ID of the holder, for the types with one holder
 	regs   map[[16]byte]registration
+	// ptpl: Persist Through Power Loss is on; every change is saved to
+	// store (ptpl.go) before the command completes.
+	ptpl  bool
+	store ReservationStore
+	// ptplCleared: the last Register turned PTPL off; the stored state
+	// is deleted.
+	ptplCleared bool
 }
 
 // registration is a host's registration.
@@ -132,6 +139,18 @@ func executeReservation(r *request) nvmeof.Status {
 	}
 	var notices []resNotice
 	st := applyReservation(r, keys, &notices)
+	if st.Success() {
+		rs := &r.ns.res
+		rs.mu.Lock()
+		off := rs.ptplCleared
+		rs.ptplCleared = false
+		err := rs.persistLocked(r.ns, off)
+		rs.mu.Unlock()
+		if err != nil {
+			r.q.t.log.Error("saving reservations failed", "subnqn", r.ns.sub.nqn, "nsid", r.ns.nsid, "err", err)
+			return nvmeof.StatusInternalError
+		}
+	}
 	if len(notices) > 0 {
 		r.q.ctrl.sub.reservationNotices(r.ns.nsid, notices)
 	}
@@ -148,7 +167,7 @@ func (rs *reservation) othersLocked(out *[]resNotice, typ uint8, but ...[16]byte
 	}
 }
 
-func applyReservation(r *request, keys nvmeof.ReservationKeys, notices *[]resNotice) nvmeof.Status {
+func applyReservation(r *request, keys nvmeof.ReservationKeys, notices *[]resNotice) (st nvmeof.Status) {
 	rs, ctrl := &r.ns.res, r.q.ctrl
 	host := ctrl.hostID
 	rs.mu.Lock()
@@ -165,9 +184,26 @@ func applyReservation(r *request, keys nvmeof.ReservationKeys, notices *[]resNot
 	case nvmeof.IOReservationRegister:
 		switch c.CPTPL() {
 		case nvmeof.CPTPLNoChange, nvmeof.CPTPLClear:
-		default: // setting PTPL is not supported; 01b is reserved
+		case nvmeof.CPTPLSet:
+			if rs.store == nil {
+				// PTPL needs a store: RESCAP does not claim it then.
+				return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
+			}
+		default: // 01b is reserved
 			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
 		}
+		// CPTPL takes effect when the command succeeds.
+		defer func() {
+			if st.Success() {
+				switch c.CPTPL() {
+				case nvmeof.CPTPLClear:
+					rs.ptplCleared = rs.ptpl
+					rs.ptpl = false
+				case nvmeof.CPTPLSet:
+					rs.ptpl = true
+				}
+			}
+		}()
 		switch c.ReservationAction() {
 		case nvmeof.ReservationRegister:
 			if registered {
@@ -247,7 +283,7 @@ func applyReservation(r *request, keys nvmeof.ReservationKeys, notices *[]resNot
 		rs.setLocked(nvmeof.ReservationNone, [16]byte{})
 		return nvmeof.StatusSuccess
 	case nvmeof.IOReservationReport:
-		st := nvmeof.ReservationStatus{GEN: rs.gen, RTYPE: rs.rtype}
+		st := nvmeof.ReservationStatus{GEN: rs.gen, RTYPE: rs.rtype, PTPLS: rs.ptpl}
 		hosts := make([][16]byte, 0, len(rs.regs))
 		for h := range rs.regs {
 			hosts = append(hosts, h)

@@ -1,12 +1,16 @@
 package target
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 )
 
 // resHost is one host (its host ID) with an I/O queue to namespace 1.
@@ -245,4 +249,76 @@ func TestReservationNotices(t *testing.T) {
 	require.NoError(t, a.admin.do(c, nil).cqe.Status.Err())
 	require.NoError(t, b.release(nvmeof.ReservationClear, 0, 0xb).Err())
 	assert.Equal(t, uint8(nvmeof.ResNoticeEmpty), a.notice().Type, "masked")
+}
+
+// memResStore is a ReservationStore in memory, which outlives the
+// targets of a test as a database file outlives target processes.
+type memResStore struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memResStore) Load(subnqn string, nsid uint32) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[fmt.Sprint(subnqn, nsid)], nil
+}
+
+func (s *memResStore) Save(subnqn string, nsid uint32, b []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b == nil {
+		delete(s.m, fmt.Sprint(subnqn, nsid))
+	} else {
+		s.m[fmt.Sprint(subnqn, nsid)] = append([]byte(nil), b...)
+	}
+	return nil
+}
+
+func TestReservationsPersistThroughPowerLoss(t *testing.T) {
+	store := &memResStore{m: map[string][]byte{}}
+	start := func() *testTarget {
+		tg, err := New(WithLogger(testLogger(t)))
+		require.NoError(t, err)
+		sub, err := tg.AddSubsystem(SubsystemConfig{NQN: testSubNQN, Hosts: []string{testHostNQN}})
+		require.NoError(t, err)
+		mem, err := blockdev.NewMemory(1 << 20)
+		require.NoError(t, err)
+		_, err = sub.AddNamespace(NamespaceConfig{NSID: 1, Device: mem, Reservations: store})
+		require.NoError(t, err)
+		url, err := tg.Listen(context.Background(), transports()["shm"]())
+		require.NoError(t, err)
+		return &testTarget{Target: tg, sub: sub, url: url}
+	}
+	tt := start()
+	a, b := newResHost(t, tt.url, 1), newResHost(t, tt.url, 2)
+	var id nvmeof.IdentifyNamespace
+	require.NoError(t, id.UnmarshalBinary(a.admin.identify(nvmeof.CNSNamespace, 1)))
+	assert.NotZero(t, id.RESCAP&nvmeof.RESCAPPersistThroughPowerLoss)
+	require.NoError(t, a.keys(nvmeof.IOReservationRegister, nvmeof.ReservationRegister, false, 0, nvmeof.CPTPLSet, 0, 0xa).Err())
+	require.NoError(t, b.register(nvmeof.ReservationRegister, false, 0, 0xb).Err())
+	require.NoError(t, a.acquire(nvmeof.ReservationAcquire, nvmeof.ReservationWriteExclusive, 0xa, 0).Err())
+	gen := a.report().GEN
+	a.io.close()
+	b.io.close()
+	require.NoError(t, tt.Close())
+
+	// The power comes back: the same reservation, the same registrants.
+	tt = start()
+	t.Cleanup(func() { tt.Close() })
+	a, b = newResHost(t, tt.url, 1), newResHost(t, tt.url, 2)
+	st := b.report()
+	assert.True(t, st.PTPLS)
+	assert.Equal(t, nvmeof.ReservationWriteExclusive, st.RTYPE)
+	assert.Equal(t, gen, st.GEN)
+	require.Len(t, st.Registrants, 2)
+	assert.Equal(t, uint16(0xffff), st.Registrants[0].CNTLID, "not registered through a controller since")
+	requireStatusIs(t, nvmeof.StatusReservationConflict.WithDNR(), b.write(), "A still holds")
+	requireStatusIs(t, nvmeof.StatusSuccess, a.write(), "the holder writes")
+
+	// PTPL off: nothing is kept.
+	require.NoError(t, a.keys(nvmeof.IOReservationRegister, nvmeof.ReservationReplace, false, 0, nvmeof.CPTPLClear, 0xa, 0xa1).Err())
+	b2, _ := store.Load(testSubNQN, 1)
+	assert.Nil(t, b2)
+	assert.False(t, b.report().PTPLS)
 }

@@ -220,6 +220,9 @@ func (s *Subsystem) AddNamespace(cfg NamespaceConfig) (*Namespace, error) {
 		return nil, fmt.Errorf("%w: NSID %d in %s", ErrNamespaceExists, cfg.NSID, s.nqn)
 	}
 	ns, err := newNamespace(s, cfg)
+	if err == nil {
+		err = ns.res.restore(ns)
+	}
 	if err != nil {
 		s.mu.Unlock()
 		return nil, err
