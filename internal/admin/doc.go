@@ -12,6 +12,12 @@
 //	...
 //	srv.Close(); t.Close(); svc.Close(); store.Close()
 //
+// Namespaces the Service adds get Options.DataDir's reservations.db
+// (internal/resstore, a bbolt database the Service opens with the first
+// namespace and closes in Close) as their target.ReservationStore, so
+// reservations a host asked to persist through power loss survive a
+// restart of `target serve`.
+//
 // It is internal: the methods are the API (the socket, and `target rpc`),
 // and the Go types behind them follow the daemon rather than a library
 // user's needs.

@@ -22,6 +22,7 @@ import (
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/fs/server"
 	"github.com/capsule-storage/capsule/internal/ecvolume"
+	"github.com/capsule-storage/capsule/internal/resstore"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 	"github.com/capsule-storage/capsule/nvmeof/target"
@@ -43,7 +44,11 @@ type Options struct {
 	OpenStore func() (*chunkstore.Store, error)
 	// OpenFS opens (or creates) the file namespace name on store.
 	OpenFS func(name string, store *chunkstore.Store) (*server.Server, error)
-	// DataDir is where a relative bdev_aio_create filename lives.
+	// DataDir is where a relative bdev_aio_create filename lives, and
+	// reservations.db, the bbolt database (internal/resstore) that keeps
+	// the reservations hosts asked to persist through power loss, opened
+	// when the first namespace is added. "" keeps reservations in memory
+	// only (RESCAP then claims no PTPL).
 	DataDir string
 	// StatePath is the file every change is written to, in save_config's
 	// shape; "" keeps changes in memory only.
@@ -72,6 +77,7 @@ type Service struct {
 	devs  map[string]blockdev.Device // open devices of volume, malloc and aio bdevs
 	fss   map[string]*server.Server  // open file namespaces
 	store *chunkstore.Store          // once OpenStore succeeded
+	res   *resstore.Store            // DataDir/reservations.db, once a namespace was added
 }
 
 // NewService returns a Service with an empty model: the target's
@@ -222,7 +228,7 @@ func (sv *Service) saveLocked() error {
 }
 
 // Close closes the devices and file namespaces that are no namespace of
-// the target (the target closes its own). Call it after the target's
+// the target (the target closes its own), and the reservations database. Call it after the target's
 // Close and before the store's.
 func (sv *Service) Close() error {
 	sv.mu.Lock()
@@ -245,6 +251,12 @@ func (sv *Service) Close() error {
 		}
 	}
 	sv.devs, sv.fss = map[string]blockdev.Device{}, map[string]*server.Server{}
+	if sv.res != nil {
+		if err := sv.res.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the reservations database: %w", err))
+		}
+		sv.res = nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -436,6 +448,19 @@ func (c *addNS) apply(sv *Service, m *model) (any, error) {
 	sub := sv.opts.Target.Subsystem(c.NQN)
 	b := m.bdev(c.Namespace.BdevName)
 	cfg := target.NamespaceConfig{NSID: *c.Namespace.NSID, BlockSize: b.BlockSize}
+	if sv.opts.DataDir != "" {
+		if sv.res == nil {
+			if err := os.MkdirAll(sv.opts.DataDir, 0o755); err != nil {
+				return nil, err
+			}
+			res, err := resstore.Open(filepath.Join(sv.opts.DataDir, "reservations.db"))
+			if err != nil {
+				return nil, Errorf(CodeInternal, "%v", err)
+			}
+			sv.res = res
+		}
+		cfg.Reservations = sv.res
+	}
 	if b.Kind == kindFS {
 		cfg.Vendor = sv.fss[b.Name]
 	} else {

@@ -22,9 +22,12 @@ import (
 // ReservationRegister registers the host with key nrkey (action
 // nvmeof.ReservationRegister), unregisters it (ReservationUnregister,
 // crkey its key) or replaces its key with nrkey (ReservationReplace).
-// iekey ignores crkey.
-func (n *Namespace) ReservationRegister(ctx context.Context, action uint8, iekey bool, crkey, nrkey uint64) error {
-	return n.reservation(ctx, nvmeof.IOReservationRegister, action, iekey, 0, crkey, nrkey)
+// iekey ignores crkey. cptpl turns Persist Through Power Loss on
+// (nvmeof.CPTPLSet: the namespace's reservations survive a restart of
+// the target, where its RESCAP claims it) or off (CPTPLClear), or leaves
+// it (CPTPLNoChange).
+func (n *Namespace) ReservationRegister(ctx context.Context, action uint8, iekey bool, cptpl uint8, crkey, nrkey uint64) error {
+	return n.reservation(ctx, nvmeof.IOReservationRegister, action, iekey, 0, cptpl, crkey, nrkey)
 }
 
 // ReservationAcquire acquires a reservation of type t (action
@@ -32,14 +35,14 @@ func (n *Namespace) ReservationRegister(ctx context.Context, action uint8, iekey
 // prkey and takes the reservation from them (ReservationPreempt,
 // ReservationPreemptAndAbort). crkey is the host's key.
 func (n *Namespace) ReservationAcquire(ctx context.Context, action uint8, t nvmeof.ReservationType, crkey, prkey uint64) error {
-	return n.reservation(ctx, nvmeof.IOReservationAcquire, action, false, t, crkey, prkey)
+	return n.reservation(ctx, nvmeof.IOReservationAcquire, action, false, t, 0, crkey, prkey)
 }
 
 // ReservationRelease releases the host's reservation of type t (action
 // nvmeof.ReservationRelease) or clears every registration and the
 // reservation (ReservationClear). crkey is the host's key.
 func (n *Namespace) ReservationRelease(ctx context.Context, action uint8, t nvmeof.ReservationType, crkey uint64) error {
-	return n.reservation(ctx, nvmeof.IOReservationRelease, action, false, t, crkey, 0)
+	return n.reservation(ctx, nvmeof.IOReservationRelease, action, false, t, 0, crkey, 0)
 }
 
 // ReservationReport returns the namespace's reservation status: its
@@ -74,13 +77,13 @@ func (n *Namespace) ReservationReport(ctx context.Context) (*nvmeof.ReservationS
 	}
 }
 
-func (n *Namespace) reservation(ctx context.Context, op nvmeof.Opcode, action uint8, iekey bool, t nvmeof.ReservationType, crkey, other uint64) error {
+func (n *Namespace) reservation(ctx context.Context, op nvmeof.Opcode, action uint8, iekey bool, t nvmeof.ReservationType, cptpl uint8, crkey, other uint64) error {
 	k := nvmeof.ReservationKeys{Current: crkey, Other: other}
 	data, _ := k.MarshalBinary()
 	if op == nvmeof.IOReservationRelease {
 		data = data[:nvmeof.ReservationReleaseDataSize]
 	}
 	p := &Passthru{Cmd: nvmeof.Command{Opcode: op, NSID: n.nsid}, Data: data}
-	p.Cmd.SetReservation(action, iekey, t, nvmeof.CPTPLNoChange)
+	p.Cmd.SetReservation(action, iekey, t, cptpl)
 	return n.c.exec(ctx, p)
 }

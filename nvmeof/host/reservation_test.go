@@ -25,8 +25,8 @@ func TestReservations(t *testing.T) {
 		require.NoError(t, err)
 		block := make([]byte, 512)
 
-		require.NoError(t, na.ReservationRegister(ctx, nvmeof.ReservationRegister, false, 0, 0xaa))
-		require.NoError(t, nb.ReservationRegister(ctx, nvmeof.ReservationRegister, false, 0, 0xbb))
+		require.NoError(t, na.ReservationRegister(ctx, nvmeof.ReservationRegister, false, nvmeof.CPTPLNoChange, 0, 0xaa))
+		require.NoError(t, nb.ReservationRegister(ctx, nvmeof.ReservationRegister, false, nvmeof.CPTPLNoChange, 0, 0xbb))
 		require.NoError(t, na.ReservationAcquire(ctx, nvmeof.ReservationAcquire, nvmeof.ReservationWriteExclusive, 0xaa, 0))
 
 		_, err = nb.WriteAt(block, 0)

@@ -12,8 +12,9 @@ import (
 // target. A namespace given one (NamespaceConfig.Reservations) claims
 // PTPL in RESCAP, loads its state when it is added, and saves it before
 // a reservation command that changed it completes. Implementations must
-// make Save durable before returning (cmd/target keeps it in a bbolt
-// database, internal/resstore). Save and Load may be called from many
+// make Save durable before returning (`target serve` keeps it in the
+// bbolt database DATA/reservations.db: internal/resstore, opened by
+// internal/admin). Save and Load may be called from many
 // goroutines.
 type ReservationStore interface {
 	// Load returns what Save last stored for the namespace, or nil.
