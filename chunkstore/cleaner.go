@@ -129,6 +129,10 @@ func (s *Store) cleaner() {
 			}
 			busy := s.cleanLevel() > 0
 			idle := !busy && !compacted && s.opts.idleAfter > 0 && now.Sub(active) >= s.opts.idleAfter
+			if s.spaceShort {
+				// Out of space: an idle pass at once, writes or not.
+				idle, busy = true, false
+			}
 			var victims []uint64
 			if busy || idle && s.idleDirtyLocked() {
 				victims = s.pickVictimsLocked(cleanBatch)
@@ -137,6 +141,7 @@ func (s *Store) cleaner() {
 				// The idle pass is done (or had nothing to move): the
 				// next checkpoint frees what it released and punches.
 				compacted = true
+				s.spaceShort = false
 				s.trimWanted = true
 				s.kickCommit()
 			}
@@ -153,7 +158,7 @@ func (s *Store) cleaner() {
 					return
 				default:
 				}
-				if idle && s.ioSince(host) {
+				if idle && !s.isSpaceShort() && s.ioSince(host) {
 					break // I/O: busy rules again
 				}
 				if err := s.cleanSlot(v, idle); err != nil {
@@ -166,6 +171,14 @@ func (s *Store) cleaner() {
 			s.lmu.Unlock()
 		}
 	}
+}
+
+// isSpaceShort reports whether a stripe write met ENOSPC since the last
+// idle pass.
+func (s *Store) isSpaceShort() bool {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	return s.spaceShort
 }
 
 // hostOpsLocked counts the callers' reads and written sectors. lmu is

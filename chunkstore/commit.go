@@ -119,10 +119,16 @@ func (s *Store) commit() error {
 // extra adds to the snapshot (volume creation and deletion, the device
 // table). The caller holds commitMu.
 func (s *Store) commitLocked(extra func(*batch)) error {
-	trimmed, err := s.checkpointLocked(extra)
-	if trimmed {
+	trim, err := s.checkpointLocked(extra)
+	if trim {
+		// Even after a failed checkpoint: what is free is free since the
+		// last one that completed, and a full file system (a stripe that
+		// met ENOSPC fails every checkpoint until it is written) needs
+		// the blocks back first.
 		s.punchFree()
-		s.stats.compactions.Add(1)
+		if err == nil {
+			s.stats.compactions.Add(1)
+		}
 	}
 	return err
 }
@@ -290,11 +296,11 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 	// are the new reserved slots prepared for short stripes.
 	s.prepareSlots(prep)
 	if _, err := s.writeOutLocked(target); err != nil {
-		return false, fail(err)
+		return trim, fail(err)
 	}
 	before := s.writableMask()
 	if err := s.syncDevicesLocked(); err != nil {
-		return false, fail(err)
+		return trim, fail(err)
 	}
 	lost := before &^ s.writableMask()
 	for _, o := range pending {
@@ -316,10 +322,10 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 	})
 	s.seq = b.super.Seq
 	if committed == 0 {
-		return false, fail(ErrTooManyFailures)
+		return trim, fail(ErrTooManyFailures)
 	}
 	if err := s.enoughDevices(); err != nil {
-		return false, fail(err)
+		return trim, fail(err)
 	}
 	s.genHigh = b.super.GenHigh
 	s.devDirty = false

@@ -559,3 +559,48 @@ func TestNoSpace(t *testing.T) {
 	require.True(t, bytes.Equal(want, got))
 	require.NoError(t, s.Close())
 }
+
+// TestNoSpaceCompacts: a stripe write that meets ENOSPC starts an idle
+// pass at once, busy or not (WithIdleCompaction's wait does not apply),
+// whose trimming checkpoint gives free slots back to the file system; once
+// the write goes through, the pass is counted and the data is intact.
+func TestNoSpaceCompacts(t *testing.T) {
+	g := DefaultGeometry
+	td := newTestDevices(t, g.Devices())
+	opts := testOpts(g, 4096, WithIdleCompaction(0.1, time.Hour))
+	s := mustCreate(t, td, opts...)
+	defer func() { _ = s.Close() }()
+	const size = 2 << 20
+	v, err := s.CreateVolume("vol", size)
+	require.NoError(t, err)
+	r := rand.New(rand.NewPCG(9, 9))
+	want := randBytes(r, size)
+	_, err = v.WriteAt(want, 0)
+	require.NoError(t, err)
+	// Dead space for the pass to reclaim: scattered overwrites.
+	for range size / SectorSize {
+		off := r.IntN(size/SectorSize) * SectorSize
+		p := randBytes(r, SectorSize)
+		_, err := v.WriteAt(p, int64(off))
+		require.NoError(t, err)
+		copy(want[off:], p)
+	}
+	require.NoError(t, s.Sync())
+	before := s.Stats()
+
+	remove := td.inj[2].Inject(vfs.Rule{Ops: []vfs.Op{vfs.OpWrite}, Path: shardFile, Err: syscall.ENOSPC})
+	p := randBytes(r, SectorSize)
+	_, err = v.WriteAtFlags(p, 0, FUA)
+	require.True(t, IsNoSpace(err), "%v", err)
+	copy(want, p)
+	require.Eventually(t, func() bool { return s.Stats().IdleBytes > before.IdleBytes }, 10*time.Second, 5*time.Millisecond,
+		"the pass started without the hour of idle time")
+	remove()
+	require.NoError(t, s.Sync())
+	require.Eventually(t, func() bool { return s.Stats().Compactions > before.Compactions }, 10*time.Second, 5*time.Millisecond)
+	got := make([]byte, size)
+	_, err = v.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got))
+	requireClean(t, s)
+}

@@ -237,6 +237,12 @@ func (s *Store) finishLocked(o *logStripe, err error) {
 	if err != nil {
 		o.err = err
 		s.failed[o.seq] = o
+		if IsNoSpace(err) {
+			// Give the file system back what the store can: compact
+			// and punch now, busy or not (cleaner).
+			s.spaceShort = true
+			s.kickClean()
+		}
 		s.log.Warn("chunkstore: log stripe write failed; it stays in memory", "slot", o.slot, "err", err)
 		return
 	}
