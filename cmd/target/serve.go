@@ -298,8 +298,10 @@ func (c *serveConfig) Validate() error {
 		if errors.Is(err, admin.ErrSocketPath) {
 			return fmt.Errorf("--rpc-socket: %s; give a shorter path", strings.TrimPrefix(err.Error(), "admin: "))
 		}
-		return fmt.Errorf("--rpc-socket %s: %s: another `target serve` answers there; stop it, or give another --rpc-socket or --data",
-			c.socketPath(), strings.TrimPrefix(err.Error(), "admin: "))
+		if strings.Contains(err.Error(), "not a socket") {
+			return fmt.Errorf("--rpc-socket %s: a file that is not a socket is there; give another --rpc-socket", c.socketPath())
+		}
+		return fmt.Errorf("--rpc-socket %s: another `target serve` answers there; stop it, or give another --rpc-socket or --data", c.socketPath())
 	}
 	if c.ConfigFile != "" && len(c.SubsystemFlags) > 0 {
 		return fmt.Errorf("--config %s describes the target: leave out --%s", c.ConfigFile, strings.Join(c.SubsystemFlags, ", --"))

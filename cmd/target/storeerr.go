@@ -40,7 +40,14 @@ func storeError(err error) string {
 		}
 		g.pos = append(g.pos, d.Pos)
 	}
-	parts := []string{strings.ReplaceAll(de.Err.Error(), "chunkstore: ", "")}
+	top := deviceCause(de.Err)
+	if i := strings.Index(top, " ("); i >= 0 {
+		top = top[:i]
+	}
+	var parts []string
+	if len(groups) != 1 || !strings.HasPrefix(groups[0].cause, top) {
+		parts = append(parts, top) // else the one group says it: "devices 0-5: device in use …"
+	}
 	for _, g := range groups {
 		noun := "device"
 		if len(g.pos) > 1 {
@@ -69,6 +76,11 @@ func deviceCause(err error) string {
 				return s + " (" + cause + ")"
 			}
 			return s
+		}
+	}
+	for _, c := range []error{chunkstore.ErrNoStore, chunkstore.ErrTooManyFailures} {
+		if errors.Is(err, c) {
+			return strings.TrimPrefix(c.Error(), "chunkstore: ")
 		}
 	}
 	return strings.ReplaceAll(err.Error(), "chunkstore: ", "")
