@@ -23,8 +23,8 @@ import (
 
 // Every command is answered: random and mutated SQEs (every opcode, SGL
 // type, PSDT and flag combination) go to the target one at a time, on
-// the admin and an I/O queue, over NVMe/TCP and over the shm RDMA
-// provider. Each must get exactly one completion with its CID, or the
+// the admin and an I/O queue, over NVMe/TCP and over the shm and iwarp
+// RDMA providers. Each must get exactly one completion with its CID, or the
 // connection must end with a reason in the target's log; then the test
 // connects again and goes on (after a Disconnect the host asked for, it
 // starts again without waiting for the target to close). Asynchronous
@@ -216,7 +216,7 @@ func (g *commandGen) next(cid uint16) (nvmeof.Command, []byte) {
 }
 
 func TestEveryCommandAnswered(t *testing.T) {
-	for _, tr := range []string{"tcp", "shm"} {
+	for _, tr := range []string{"tcp", "shm", "iwarp"} {
 		t.Run(tr, func(t *testing.T) {
 			rec := &logRecorder{next: slog.NewTextHandler(io.Discard, nil)}
 			tg, err := New(WithLogger(slog.New(rec)))
@@ -229,8 +229,8 @@ func TestEveryCommandAnswered(t *testing.T) {
 			_, err = sub.AddNamespace(NamespaceConfig{NSID: 1, Device: mem, BlockSize: 512})
 			require.NoError(t, err)
 			listen := "tcp://127.0.0.1:0"
-			if tr == "shm" {
-				listen = transports()["shm"]()
+			if tr != "tcp" {
+				listen = transports()[tr]()
 			}
 			url, err := tg.Listen(context.Background(), listen)
 			require.NoError(t, err)

@@ -298,7 +298,7 @@
 // TestEveryCommandAnswered (answered_test.go) holds the target to it with
 // random and mutated SQEs (every opcode, SGL type, PSDT and FUSE value,
 // reserved bits) on the admin and an I/O queue, over NVMe/TCP and the
-// shm RDMA provider. The exceptions are by design: an Asynchronous Event
+// shm and iwarp RDMA providers. The exceptions are by design: an Asynchronous Event
 // Request is held until an event, and one whose CID the host reuses is
 // dropped (above).
 //
