@@ -160,3 +160,15 @@ func TestScrubTakesTheStoresGeometry(t *testing.T) {
 	assert.Contains(t, res.stderr, "device 2")
 	assert.Contains(t, res.stdout, "complete=true")
 }
+
+func TestStoreErrorText(t *testing.T) {
+	assert.Equal(t, "0-3, 5, 7, 8", positions([]int{0, 1, 2, 3, 5, 7, 8}))
+	assert.Equal(t, "4", positions([]int{4}))
+	de := &chunkstore.DevicesError{Err: chunkstore.ErrTooManyFailures, Devices: []*chunkstore.DeviceError{
+		{Pos: 1, Device: "d/dev1", Err: fmt.Errorf("%w: open d/dev1/identity: %w", chunkstore.ErrDeviceMissing, os.ErrNotExist)},
+		{Pos: 2, Device: "d/dev2", Err: fmt.Errorf("%w: open d/dev2/identity: %w", chunkstore.ErrDeviceMissing, os.ErrNotExist)},
+		{Pos: 4, Device: "d/dev4", Err: fmt.Errorf("%w: d/dev4", chunkstore.ErrForeignDevice)},
+	}}
+	assert.Equal(t, "too many devices unavailable; devices 1, 2: device missing; device 4: "+
+		strings.TrimPrefix(chunkstore.ErrForeignDevice.Error(), "chunkstore: "), storeError(de))
+}
