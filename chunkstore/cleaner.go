@@ -108,6 +108,7 @@ func (s *Store) cleaner() {
 		host      int64     = -1   // hostOpsLocked when last looked at
 		active    time.Time        // when I/O or a busy pass was last seen
 		compacted bool      = true // the idle pass since the last write is done
+		lastShort time.Time        // when the last pass for a full file system ended
 	)
 	for {
 		select {
@@ -129,8 +130,10 @@ func (s *Store) cleaner() {
 			}
 			busy := s.cleanLevel() > 0
 			idle := !busy && !compacted && s.opts.idleAfter > 0 && now.Sub(active) >= s.opts.idleAfter
-			if s.spaceShort {
-				// Out of space: an idle pass at once, writes or not.
+			// Out of space: an idle pass at once, writes or not, at most
+			// one a second (every flush that fails asks again).
+			short := s.spaceShort && now.Sub(lastShort) >= time.Second
+			if short {
 				idle, busy = true, false
 			}
 			var victims []uint64
@@ -138,11 +141,15 @@ func (s *Store) cleaner() {
 				victims = s.pickVictimsLocked(cleanBatch)
 			}
 			if idle && len(victims) == 0 {
-				// The idle pass is done (or had nothing to move): the
-				// next checkpoint frees what it released and punches.
-				compacted = true
-				s.spaceShort = false
-				s.trimWanted = true
+				// The pass is done (or had nothing to move): the next
+				// checkpoint frees what it released and punches; after
+				// an idle time it also trims the reservation.
+				if short {
+					s.spaceShort, s.punchWanted, lastShort = false, true, now
+				} else {
+					compacted = true
+					s.trimWanted = true
+				}
 				s.kickCommit()
 			}
 			s.lmu.Unlock()

@@ -49,7 +49,7 @@ func (s *Store) autoCommit() {
 			timed = true
 		}
 		s.lmu.Lock()
-		need := s.resvLimit-s.pops <= uint64(s.resvSize/2) || s.trimWanted ||
+		need := s.resvLimit-s.pops <= uint64(s.resvSize/2) || s.trimWanted || s.punchWanted ||
 			(s.opts.commit > 0 && s.alloc.waiting() >= s.opts.commit) ||
 			s.shortCold >= maxPrepare/2 ||
 			(timed && (s.ckptNeeded || len(s.dirtySlots) > 0))
@@ -119,16 +119,20 @@ func (s *Store) commit() error {
 // extra adds to the snapshot (volume creation and deletion, the device
 // table). The caller holds commitMu.
 func (s *Store) commitLocked(extra func(*batch)) error {
+	s.lmu.Lock()
+	punch := s.punchWanted
+	s.punchWanted = false
+	s.lmu.Unlock()
 	trim, err := s.checkpointLocked(extra)
-	if trim {
+	if trim || punch {
 		// Even after a failed checkpoint: what is free is free since the
 		// last one that completed, and a full file system (a stripe that
 		// met ENOSPC fails every checkpoint until it is written) needs
 		// the blocks back first.
 		s.punchFree()
-		if err == nil {
-			s.stats.compactions.Add(1)
-		}
+	}
+	if trim && err == nil {
+		s.stats.compactions.Add(1)
 	}
 	return err
 }

@@ -384,10 +384,10 @@
 // (IsNoSpace): the stripe stays in memory (reads are served from it), the
 // device stays in use, and the Sync or FUA write that needed it fails;
 // the next flush retries it, so Sync succeeds again once there is room.
-// It also starts an idle pass at once, busy or not: the cleaner compacts
-// to the idle target and every checkpoint that follows, failed or not,
-// punches the free slots (and the reservation's unused tail) out of the
-// shard files, which gives the file system back the space the store can
+// It also starts an idle pass at once, busy or not (at most one a
+// second): the cleaner compacts to the idle target and the checkpoint
+// that follows, done or failed, punches the free slots out of the shard
+// files, which gives the file system back the space the store can
 // spare. The store does not watch the file system's free space ahead of
 // time: a disk smaller than what the over-provisioning lets a busy store
 // take fills up first, then recovers.

@@ -173,7 +173,8 @@ type Store struct {
 	hostSecs    int64 // sectors written by callers
 	hostReads   int64 // reads by callers (the cleaner's idle time is time without either)
 	trimWanted  bool  // an idle pass is done: the next checkpoint trims (commit.go)
-	spaceShort  bool  // a stripe write met ENOSPC: the cleaner compacts and trims at once (cleaner.go)
+	spaceShort  bool  // a stripe write met ENOSPC: the cleaner compacts at once (cleaner.go)
+	punchWanted bool  // that pass is done: the next checkpoint, done or failed, punches (commit.go)
 
 	// gate: device reads of mapped data and repairs hold it shared from
 	// before they leave lmu until they are done; freeing slots holds it
