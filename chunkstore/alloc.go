@@ -210,3 +210,21 @@ func (a *allocator) freeRuns() []slotRun {
 	}
 	return out
 }
+
+// freeSlots returns up to max free slots below the high-water mark,
+// lowest first.
+func (a *allocator) freeSlots(max int) []uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []uint64
+	for p := a.hint; p < a.high && len(out) < max; p++ {
+		if w := p / 64; w < uint64(len(a.used)) && a.used[w] == ^uint64(0) {
+			p = w*64 + 63
+			continue
+		}
+		if !a.isSet(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -18,6 +18,11 @@ const maxResv = 4096
 // a checkpoint's fsync of what the log wrote does not stall the writers.
 const resvHeadMin = 2 * maxInflight
 
+// coldScan bounds the free slots a checkpoint examines for blocks when a
+// FUA load runs cold (checkpointLocked), and an eighth of it the slots it
+// takes that way.
+const coldScan = 8192
+
 // ckptInterval: the background committer checkpoints at least this often
 // while anything waits for a checkpoint.
 const ckptInterval = 5 * time.Second
@@ -238,6 +243,21 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 		s.resv = s.resv[:head]
 	}
 	fresh := len(s.resv)
+	if short > 0 {
+		// A FUA load is writing into slots without blocks: reserve
+		// first the free slots that have them, wherever they are (the
+		// lowest free ones may be holes a trim punched).
+		want := min(size-len(s.resv), coldScan/8)
+		for _, slot := range s.alloc.freeSlots(coldScan) {
+			if want == 0 {
+				break
+			}
+			if s.slotAllocatedLocked(slot) && s.alloc.markUsed(slot) {
+				s.resv = append(s.resv, slot)
+				want--
+			}
+		}
+	}
 	for len(s.resv) < size {
 		s.resv = append(s.resv, s.alloc.get())
 	}

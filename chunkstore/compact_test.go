@@ -67,10 +67,11 @@ func TestIdleCompaction(t *testing.T) {
 	require.LessOrEqual(t, float64(st.LiveBytes+st.DeadBytes), 1.1*float64(st.LiveBytes)+float64(cleanSlack*stripe)+float64(stripe),
 		"the slots in use hold at most the idle target")
 	// The shard files have blocks for the slots in use, the few the
-	// trimming checkpoint reserved, and the stripes written since (the
-	// idle pass's last ones, sealed by the checkpoint).
+	// trimming checkpoint reserved, the stock of free slots it keeps for
+	// flushes (trimKeep), and the stripes written since (the idle pass's
+	// last ones, sealed by the checkpoint).
 	alloc := allocatedShards(t, td)
-	limit := (st.SlotsUsed + resvHeadMin + maxPrepare) * s.slotSize * int64(g.Devices())
+	limit := (st.SlotsUsed + resvHeadMin + maxPrepare + trimKeep) * s.slotSize * int64(g.Devices())
 	require.LessOrEqual(t, alloc, limit, "allocated %d bytes for %d slots in use", alloc, st.SlotsUsed)
 	require.Positive(t, st.SlotsPunched)
 
@@ -79,6 +80,21 @@ func TestIdleCompaction(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(want, got), "the volume reads back as written")
 	requireClean(t, s)
+	// A FUA load after the trim: the slots the trim left allocated, then
+	// those checkpoints find with blocks, let most FUA writes share one
+	// flush of the disk instead of a sync per shard.
+	st0 := s.Stats()
+	const fuas = 300
+	for range fuas {
+		off := r.IntN(size/SectorSize) * SectorSize
+		p := randBytes(r, SectorSize)
+		_, err := v.WriteAtFlags(p, int64(off), FUA)
+		require.NoError(t, err)
+		copy(want[off:], p)
+	}
+	st1 := s.Stats()
+	t.Logf("%d FUA writes after the trim: %d shared flushes, %d shard syncs", fuas, st1.SharedFlushes-st0.SharedFlushes, st1.DeviceSyncs-st0.DeviceSyncs)
+	assert.Greater(t, st1.SharedFlushes-st0.SharedFlushes, int64(fuas/2), "most FUA writes share a flush")
 	// Writes after the idle time land in punched slots and are durable.
 	p := randBytes(r, 1<<20)
 	_, err = v.WriteAtFlags(p, 1<<20, FUA)

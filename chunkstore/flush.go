@@ -152,8 +152,9 @@ type flushTask struct {
 // shares flushes (allocTrack) and that wrote only over allocated slots
 // are written back, then one Sync per disk flushes them all; the others
 // are synced each, after the write-backs of their disk, so that their
-// Syncs' flushes serve the disk too.
-func syncFiles(tasks []flushTask) {
+// Syncs' flushes serve the disk too. c counts the Syncs and the disks
+// flushed by write-backs and one Sync alone.
+func syncFiles(tasks []flushTask, c *counters) {
 	groups := map[uint64][]int{} // disk → tasks that share its flush
 	var alone []int
 	for i := range tasks {
@@ -166,7 +167,7 @@ func syncFiles(tasks []flushTask) {
 	if len(alone) == 0 && len(groups) == 1 {
 		// One disk (the common case): no goroutine to hand off to.
 		for _, g := range groups {
-			syncGroup(tasks, g)
+			syncGroup(tasks, g, c)
 		}
 		return
 	}
@@ -175,6 +176,7 @@ func syncFiles(tasks []flushTask) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			c.deviceSyncs.Add(1)
 			tasks[i].err = tasks[i].f.data.Sync()
 		}()
 	}
@@ -182,14 +184,14 @@ func syncFiles(tasks []flushTask) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			syncGroup(tasks, g)
+			syncGroup(tasks, g, c)
 		}()
 	}
 	wg.Wait()
 }
 
 // syncGroup flushes the tasks of one disk.
-func syncGroup(tasks []flushTask, g []int) {
+func syncGroup(tasks []flushTask, g []int, c *counters) {
 	// Whether a device needs its own Sync is settled before anything is
 	// issued: a write noted later is not this flush's to make durable.
 	type member struct {
@@ -254,6 +256,7 @@ func syncGroup(tasks []flushTask, g []int) {
 			return
 		}
 		tk := &tasks[m.i]
+		c.deviceSyncs.Add(1)
 		if tk.err = tk.f.data.Sync(); tk.err == nil {
 			tk.f.alloc.synced(m.whole)
 			mu.Lock()
@@ -268,7 +271,9 @@ func syncGroup(tasks []flushTask, g []int) {
 	// device syncs on its own.
 	for n := range ms {
 		if tk := &tasks[ms[n].i]; tk.err == nil {
+			c.deviceSyncs.Add(1)
 			if tk.err = tk.f.data.Sync(); tk.err == nil {
+				c.sharedFlushes.Add(1)
 				return
 			}
 		}
@@ -294,6 +299,10 @@ func (s *Store) slotAllocatedLocked(slot uint64) bool {
 	}
 	return true
 }
+
+// trimKeep is how many of the lowest free slots punchFree leaves their
+// blocks: about 100 MiB of shard files at 4+2 with 64 KiB units.
+const trimKeep = 256
 
 // maxPrepare bounds the slots one checkpoint prepares (prepareSlots).
 const maxPrepare = 64
@@ -346,7 +355,20 @@ func (s *Store) prepareSlots(slots []uint64) {
 // costs only space: it is logged, and that device is left alone until
 // the next trim.
 func (s *Store) punchFree() {
+	// The lowest free slots keep their blocks: the flushes that end the
+	// idle time write a short stripe into a slot each, and one with
+	// blocks shares its disk's flush.
 	runs := s.alloc.freeRuns()
+	for keep := trimKeep; keep > 0 && len(runs) > 0; {
+		if r := &runs[0]; r.n > uint64(keep) {
+			r.first += uint64(keep)
+			r.n -= uint64(keep)
+			break
+		} else {
+			keep -= int(r.n)
+			runs = runs[1:]
+		}
+	}
 	if len(runs) == 0 {
 		return
 	}

@@ -479,7 +479,7 @@ func (s *Store) syncDevicesLocked() error {
 			tasks = append(tasks, flushTask{d: d, f: d.files.Load()})
 		}
 	}
-	syncFiles(tasks)
+	syncFiles(tasks, &s.stats)
 	failed := make([]error, s.n)
 	for _, t := range tasks {
 		failed[t.d.pos] = t.err

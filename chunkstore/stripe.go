@@ -54,6 +54,7 @@ type counters struct {
 	shardsRepaired                atomic.Int64
 	autoCommits                   atomic.Int64
 	compactions, slotsPunched     atomic.Int64
+	deviceSyncs, sharedFlushes    atomic.Int64
 	deviceBytes                   atomic.Int64 // header regions and payloads written
 }
 
@@ -103,6 +104,12 @@ type Stats struct {
 	IdleBytes    int64
 	Compactions  int64
 	SlotsPunched int64
+	// DeviceSyncs counts the fdatasyncs of shard files, and SharedFlushes
+	// the flushes of a disk that write-backs and one of those served for
+	// all its devices (vfs.SharedFlush): a 4 KiB FUA write costs one
+	// sync when it shares, one per shard written when it does not.
+	DeviceSyncs   int64
+	SharedFlushes int64
 	// WriteAmplification is DeviceBytes / HostBytes (0 before any write);
 	// the metadata replicas' own writes are not in it.
 	WriteAmplification float64
@@ -126,6 +133,8 @@ func (s *Store) Stats() Stats {
 		AutoCommits:      c.autoCommits.Load(),
 		Compactions:      c.compactions.Load(),
 		SlotsPunched:     c.slotsPunched.Load(),
+		DeviceSyncs:      c.deviceSyncs.Load(),
+		SharedFlushes:    c.sharedFlushes.Load(),
 		DeviceBytes:      c.deviceBytes.Load(),
 	}
 	s.lmu.Lock()

@@ -120,7 +120,7 @@ func TestAdminSocket(t *testing.T) {
 	// Errors: one line, exit 1; misuse: exit 2.
 	res := targetRPC(t, sock, "nvmf_subsystem_add_ns", `{"nqn":"`+adminNQN+`","namespace":{"bdev_name":"vol5"}}`)
 	assert.Equal(t, 1, res.code)
-	assert.Equal(t, `"vol5" is already namespace 5 of `+adminNQN+"\n", res.stderr)
+	assert.Equal(t, `target: "vol5" is already namespace 5 of `+adminNQN+"\n", res.stderr)
 	res = targetRPC(t, sock, "volume_create", `{"name":"x","size":1,"colour":"red"}`)
 	assert.Equal(t, 1, res.code)
 	assert.Contains(t, res.stderr, `unknown parameter "colour"`)

@@ -4,6 +4,9 @@
 // iwarp://127.0.0.1:4420 and shm://capsule, one 1 GiB erasure-coded
 // namespace (volume vol0 of a 4+2 store on ./data/dev0 … ./data/dev5,
 // created on first start).
+//
+// CAPSULE_CPUPROFILE=FILE in the environment writes a CPU profile of the
+// whole run to FILE (runtime/pprof), for `go tool pprof`.
 package main
 
 import (
@@ -12,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -57,7 +61,14 @@ func newApp() *cli.App {
 // the error in one line on stderr.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if path := os.Getenv("CAPSULE_CPUPROFILE"); path != "" {
+		// Written out by StopCPUProfile below; the file closes at exit.
+		if f, err := os.Create(path); err == nil {
+			_ = pprof.StartCPUProfile(f)
+		}
+	}
 	code := cliexit.Run(ctx, newApp(), os.Args)
 	stop()
+	pprof.StopCPUProfile()
 	os.Exit(code)
 }
