@@ -252,7 +252,7 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 			if want == 0 {
 				break
 			}
-			if s.slotAllocatedLocked(slot) && s.alloc.markUsed(slot) {
+			if s.slotAllocatedLocked(slot, slotHead) && s.alloc.markUsed(slot) {
 				s.resv = append(s.resv, slot)
 				want--
 			}

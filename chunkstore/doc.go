@@ -179,16 +179,18 @@
 // only as much of the reservation's head as the flushes may use while it
 // runs, takes the rest afresh from the lowest free slots (those
 // overwrites and the cleaner left, which have blocks), and writes zeros
-// over the few of its new slots that still have none (prepareSlots: the
-// log cannot use them before the checkpoint completes, and they hold
-// nothing): a FUA load shares flushes after its first few dozen writes.
+// over the heads (header region and first sector: all a one-sector
+// short stripe writes on a device) of the few of its new slots that
+// still have none (prepareSlots: the log cannot use them before the
+// checkpoint completes, and they hold nothing): a FUA load shares
+// flushes after its first few dozen writes.
 // A FUA load that runs cold also gets the free slots that have blocks
 // reserved first, wherever they are, and a trim leaves the lowest 256
 // free slots their blocks (Stats.SharedFlushes and DeviceSyncs show how
 // flushes went). Each flush still takes a slot of its own for its short
 // stripe, so a long FUA load with no free slots that have blocks
-// prepares one per flush, zeros over a whole slot: a slot that holds
-// several short stripes is the next step.
+// prepares one head per flush (48 KiB of zeros at 4+2): a slot that
+// holds several short stripes is the next step.
 // The flush writes the stripe it seals itself, and starts every
 // device's write-back before it waits for the first, so a lone FUA write
 // waits for no other goroutine.

@@ -25,11 +25,19 @@ type allocTrack struct {
 	// meta: a write since the last Sync began may need metadata.
 	meta atomic.Bool
 
-	// mu guards done and whole. Leaf lock.
+	// mu guards done, head, whole and heads. Leaf lock.
 	mu    sync.Mutex
 	done  []uint64 // bitmap of allocated slots
+	head  []uint64 // bitmap of slots whose head (header region and first sector) is allocated
 	whole []uint64 // slots written whole over unallocated blocks since the last Sync began
+	heads []uint64 // slots whose head was written over unallocated blocks since then
 }
+
+// slotHead is the part of a slot a one-sector short stripe writes on each
+// device: its header region and first sector, all that prepareSlots
+// zeros. One-sector FUA writes, the common flush at QD1, then share
+// their disk's flush there.
+const slotHead = shardHeaderRegion + SectorSize
 
 // trackAlloc sets up f's allocation tracking: when the shard file's file
 // system writes in place, the slots it has blocks for (with scan) are
@@ -55,6 +63,12 @@ func (s *Store) trackAlloc(f *devFiles, scan bool) error {
 			for p := first; (p+1)*size <= off+n; p++ {
 				setBit(&t.done, uint64(p))
 			}
+			// A head inside the range, whole slot or not.
+			for p := off / size; p*size < off+n; p++ {
+				if p*size >= off && p*size+slotHead <= off+n {
+					setBit(&t.head, uint64(p))
+				}
+			}
 		})
 		if err != nil {
 			return err
@@ -77,46 +91,53 @@ func bitSet(bm []uint64, p uint64) bool {
 	return w < len(bm) && bm[w]&(1<<(p%64)) != 0
 }
 
-// note records a write into slot's region once it has completed; whole:
-// it covered the region. A nil track needs nothing: every flush syncs.
-func (t *allocTrack) note(slot uint64, whole bool) {
+// note records a write of n bytes from the start of slot's region once it
+// has completed; whole: it covered the region. A nil track needs nothing:
+// every flush syncs.
+func (t *allocTrack) note(slot uint64, n int, whole bool) {
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if bitSet(t.done, slot) {
+	if bitSet(t.done, slot) || n <= slotHead && bitSet(t.head, slot) {
 		return
 	}
 	t.meta.Store(true)
 	if whole {
 		t.whole = append(t.whole, slot)
+	} else if n >= slotHead {
+		t.heads = append(t.heads, slot)
 	}
 }
 
 // syncBegin starts a Sync: it returns the slots that become allocated when
 // it succeeds.
-func (t *allocTrack) syncBegin() []uint64 {
+func (t *allocTrack) syncBegin() (whole, heads []uint64) {
 	if t == nil {
-		return nil
+		return nil, nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.meta.Store(false)
-	w := t.whole
-	t.whole = nil
-	return w
+	whole, heads = t.whole, t.heads
+	t.whole, t.heads = nil, nil
+	return whole, heads
 }
 
-// synced marks slots allocated after a successful Sync.
-func (t *allocTrack) synced(slots []uint64) {
-	if t == nil || len(slots) == 0 {
+// synced marks slots (or their heads) allocated after a successful Sync.
+func (t *allocTrack) synced(whole, heads []uint64) {
+	if t == nil || len(whole)+len(heads) == 0 {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, p := range slots {
+	for _, p := range whole {
 		setBit(&t.done, p)
+		setBit(&t.head, p)
+	}
+	for _, p := range heads {
+		setBit(&t.head, p)
 	}
 }
 
@@ -134,6 +155,9 @@ func (t *allocTrack) forget(runs []slotRun) {
 		for p := r.first; p < r.first+r.n; p++ {
 			if w := int(p / 64); w < len(t.done) {
 				t.done[w] &^= 1 << (p % 64)
+			}
+			if w := int(p / 64); w < len(t.head) {
+				t.head[w] &^= 1 << (p % 64)
 			}
 		}
 	}
@@ -195,9 +219,9 @@ func syncGroup(tasks []flushTask, g []int, c *counters) {
 	// Whether a device needs its own Sync is settled before anything is
 	// issued: a write noted later is not this flush's to make durable.
 	type member struct {
-		i     int
-		own   bool
-		whole []uint64
+		i            int
+		own          bool
+		whole, heads []uint64
 	}
 	ms := make([]member, len(g))
 	for n, i := range g {
@@ -205,7 +229,7 @@ func syncGroup(tasks []flushTask, g []int, c *counters) {
 		own := t.meta.Load()
 		ms[n] = member{i: i, own: own}
 		if own {
-			ms[n].whole = t.syncBegin()
+			ms[n].whole, ms[n].heads = t.syncBegin()
 		}
 	}
 	// each runs fn on every member, at once when more than one of the
@@ -258,7 +282,7 @@ func syncGroup(tasks []flushTask, g []int, c *counters) {
 		tk := &tasks[m.i]
 		c.deviceSyncs.Add(1)
 		if tk.err = tk.f.data.Sync(); tk.err == nil {
-			tk.f.alloc.synced(m.whole)
+			tk.f.alloc.synced(m.whole, m.heads)
 			mu.Lock()
 			flushed = true
 			mu.Unlock()
@@ -281,19 +305,19 @@ func syncGroup(tasks []flushTask, g []int, c *counters) {
 }
 
 // slotAllocatedLocked reports whether every writable device that tracks
-// its blocks has them for slot, so that a short stripe there shares its
-// disk's flush; true when no device tracks (nothing to prepare). lmu is
-// held.
-func (s *Store) slotAllocatedLocked(slot uint64) bool {
+// its blocks has them for the first n bytes of slot (a shard's header
+// region and payload), so that a short stripe there shares its disk's
+// flush; true when no device tracks (nothing to prepare). lmu is held.
+func (s *Store) slotAllocatedLocked(slot uint64, n int) bool {
 	for _, d := range s.devs {
 		f := d.files.Load()
 		if !d.writable() || f == nil || f.alloc == nil {
 			continue
 		}
 		f.alloc.mu.Lock()
-		done := bitSet(f.alloc.done, slot)
+		ok := bitSet(f.alloc.done, slot) || n <= slotHead && bitSet(f.alloc.head, slot)
 		f.alloc.mu.Unlock()
-		if !done {
+		if !ok {
 			return false
 		}
 	}
@@ -307,10 +331,10 @@ const trimKeep = 256
 // maxPrepare bounds the slots one checkpoint prepares (prepareSlots).
 const maxPrepare = 64
 
-// prepareSlots gives slots blocks on every device whose shard file has no
-// blocks for them yet, by writing zeros over their regions, so that the
-// short stripes a flush writes into them later change no metadata and
-// share their disk's cache flush (allocTrack). The caller's next
+// prepareSlots gives slots' heads (slotHead) blocks on every device whose
+// shard file has no blocks for them yet, by writing zeros there, so that
+// the one-sector short stripes a flush writes into them later change no
+// metadata and share their disk's cache flush (allocTrack). The caller's next
 // syncDevicesLocked makes the blocks durable; until then a flush into
 // them simply has its own fdatasync. The slots must be ones the log
 // cannot use yet (a checkpoint's new reservation, before the checkpoint
@@ -319,7 +343,8 @@ func (s *Store) prepareSlots(slots []uint64) {
 	if len(slots) == 0 {
 		return
 	}
-	zero := make([]byte, s.slotSize)
+	// Only the head: what a one-sector short stripe writes on a device.
+	zero := make([]byte, slotHead)
 	for _, d := range s.devs {
 		f := d.files.Load()
 		if !d.writable() || f == nil || f.alloc == nil {
@@ -327,7 +352,7 @@ func (s *Store) prepareSlots(slots []uint64) {
 		}
 		for _, slot := range slots {
 			f.alloc.mu.Lock()
-			done := bitSet(f.alloc.done, slot)
+			done := bitSet(f.alloc.done, slot) || bitSet(f.alloc.head, slot)
 			f.alloc.mu.Unlock()
 			if done {
 				continue
@@ -342,7 +367,7 @@ func (s *Store) prepareSlots(slots []uint64) {
 				d.errs.Add(1)
 				break
 			}
-			s.wrote(d, f, slot, s.unit)
+			s.wrote(d, f, slot, SectorSize)
 		}
 	}
 }

@@ -194,7 +194,7 @@ func (s *Store) sealOpenLocked() *logStripe {
 	si.ext.Zero = s.zeroShards(si.key, o.shardLen, o.n)
 	si.sectors = int32(o.n)
 	s.dataCap -= int64(s.capSectors() - k*per)
-	if o.n < s.capSectors() && !s.slotAllocatedLocked(o.slot) {
+	if o.n < s.capSectors() && !s.slotAllocatedLocked(o.slot, shardHeaderRegion+o.shardLen) {
 		// Flushes are writing short stripes into slots the shard files
 		// have no blocks for, an fdatasync per device each: a checkpoint
 		// gives the log allocated slots first (prepareSlots).

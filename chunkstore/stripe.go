@@ -390,7 +390,7 @@ func (s *Store) writeDeviceShards(d *device, ws []stripeWrite, exts []extent, sh
 // the write landed, and the flush that needs the write would find nothing
 // to sync.
 func (s *Store) wrote(d *device, f *devFiles, slot uint64, n int) {
-	f.alloc.note(slot, n == s.unit)
+	f.alloc.note(slot, shardHeaderRegion+n, n == s.unit)
 	d.unsynced.Store(true)
 }
 
