@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/chunkstore"
-	"github.com/capsule-storage/capsule/internal/nbd"
-	"github.com/capsule-storage/capsule/internal/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/internal/prereq"
 	"github.com/capsule-storage/capsule/internal/storetest"
+	"github.com/capsule-storage/capsule/nbd"
+	"github.com/capsule-storage/capsule/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 	"github.com/capsule-storage/capsule/rdma/fault"
 )

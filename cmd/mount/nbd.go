@@ -12,8 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/capsule-storage/capsule/internal/cliexit"
-	"github.com/capsule-storage/capsule/internal/nbd"
-	"github.com/capsule-storage/capsule/internal/nbd/nsdevice"
+	"github.com/capsule-storage/capsule/nbd"
+	"github.com/capsule-storage/capsule/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 	_ "github.com/capsule-storage/capsule/rdma/providers" // iwarp://, shm://, rdma://, fault+…
 )

@@ -21,10 +21,10 @@ import (
 
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/fs/server"
-	"github.com/capsule-storage/capsule/internal/ecvolume"
 	"github.com/capsule-storage/capsule/internal/resstore"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/blockdev"
+	"github.com/capsule-storage/capsule/nvmeof/blockdev/ecvolume"
 	"github.com/capsule-storage/capsule/nvmeof/target"
 	"github.com/capsule-storage/capsule/rdma"
 )

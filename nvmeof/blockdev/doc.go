@@ -28,8 +28,9 @@
 //	             memory and never wait on I/O, so a caller may run them on
 //	             a latency-critical goroutine instead of a worker.
 //
-// The erasure-coded store (package chunkstore) implements the same
-// interface, so a namespace can sit on any of them.
+// Subpackage ecvolume puts a volume of the erasure-coded store (package
+// chunkstore) behind the same interface, so a namespace can sit on any of
+// them.
 //
 // # Contracts
 //

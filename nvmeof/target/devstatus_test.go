@@ -11,9 +11,9 @@ import (
 
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/chunkstore/vfs"
-	"github.com/capsule-storage/capsule/internal/ecvolume"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/blockdev"
+	"github.com/capsule-storage/capsule/nvmeof/blockdev/ecvolume"
 )
 
 func TestDeviceStatus(t *testing.T) {

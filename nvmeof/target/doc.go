@@ -351,7 +351,7 @@
 //
 // A command whose namespace device fails it gets the status the error
 // carries, if it wraps an nvmeof.Status (errors.As: the device knows best;
-// the erasure-coded volumes of internal/ecvolume answer Unrecovered Read
+// the erasure-coded volumes of nvmeof/blockdev/ecvolume answer Unrecovered Read
 // Error or Write Fault when too many devices are lost, and Capacity
 // Exceeded when a device is full); otherwise ENOSPC is Capacity Exceeded,
 // blockdev.ErrOutOfRange LBA Out of Range, blockdev.ErrClosed Namespace

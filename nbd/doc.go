@@ -92,6 +92,17 @@
 //     replies before the connection closes; one that simply closes loses
 //     them (the ops still complete on the device).
 //
+// # Where it lives
+//
+// The package is a protocol of its own beside rdma and nvmeof: it knows
+// nothing of NVMe-oF, uses only the standard library, and serves its own
+// asynchronous Device (Submit and Op.Complete), not a blockdev.Device. So
+// it is a top-level package, where any program that wants to export a
+// block device over NBD can import it, and not under nvmeof/blockdev,
+// whose packages are block devices. Subpackage nsdevice is the one bridge
+// to NVMe-oF: it serves a namespace of the Go host library (nvmeof/host)
+// as an NBD Device.
+//
 // # Library
 //
 // Only the standard library. The wire layout follows doc/proto.md; field

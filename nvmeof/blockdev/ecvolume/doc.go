@@ -60,6 +60,15 @@
 // Every method is safe for concurrent use, as Volume's are (see package
 // chunkstore: each stripe is read and written under its own lock).
 //
+// # Where it lives
+//
+// The package is a blockdev.Device implementation, as Memory and File
+// are, so it sits under nvmeof/blockdev beside them, where a program that
+// builds its own target (nvmeof/target) on a chunkstore finds it. It is a
+// subpackage, not part of blockdev, so that blockdev itself does not
+// depend on chunkstore: a program with memory or file namespaces only
+// does not link the store.
+//
 // # Sharp edges
 //
 //   - Sync of one namespace flushes every volume of the store, and a FUA
