@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the benchmarks beside their same-run baselines and prints the
 # ratios that shared/PERFORMANCE.md asks for, ending with one table
-# (internal/benchtable) of every part's results:
+# (cmd/benchtable) of every part's results:
 #   R1, R2  rdma/conformance   BenchmarkTransfer, BenchmarkPingPong
 #   R3, R4  nvmeof/host        BenchmarkR3, BenchmarkR4 (each path interleaved with its
 #                              baselines), and fio psync 4 KiB random read on tmpfs as
@@ -217,4 +217,4 @@ if [ -z "$only" ]; then
 	BENCH_OUT="$out" COUNT="$reps" RUNTIME="$runtime" ./scripts/spdkbench.sh
 	echo
 fi
-go run ./internal/benchtable <"$out"
+go run ./cmd/benchtable <"$out"

@@ -42,7 +42,7 @@
 # The fio runs have no ramp_time: CPU, write_bytes and fio's counts must
 # cover the same interval.
 #
-# Each result is a benchmark line for internal/benchtable:
+# Each result is a benchmark line for cmd/benchtable:
 #   "BenchmarkECWrite/CASE/PATH 1 N IOPS M MB/s C cpu-µs/IO T target-µs/IO B bridge-µs/IO"
 #   "BenchmarkECWrite/fua-4KiB/PATH 1 P p50-ns W write-p50-ns S sync-p50-ns N IOPS ..."
 #   "BenchmarkECWrite/write-amp/capsule-ec 1 A write-amp X wchar-amp N IOPS ..."
@@ -443,5 +443,5 @@ done
 
 if [ -z "$bench_out" ]; then
 	echo
-	go run ./internal/benchtable <"$results"
+	go run ./cmd/benchtable <"$results"
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # R6: fio through capsule's FUSE mount (bin/mount) over shm:// and
-# iwarp://, beside the null go-fuse file system (internal/fusebench) in
+# iwarp://, beside the null go-fuse file system (cmd/fusebench) in
 # the same run, and metadata rates beside a go-fuse loopback mount of
 # tmpfs. Cases: 4 KiB random read at QD1, 1 MiB sequential read and
 # write, O_DIRECT (psync), and a buffered 1 MiB sequential read from a
@@ -8,7 +8,7 @@
 # mount back to back, then the Go file client alone (no FUSE) on the
 # read cases, then the metadata workload on every mount.
 #
-# Each result is a benchmark line for internal/benchtable:
+# Each result is a benchmark line for cmd/benchtable:
 # "BenchmarkFUSE/CASE/MOUNT 1 N IOPS M MB/s" and
 # "BenchmarkFUSEMeta/OP/MOUNT 1 N ops/s". With BENCH_OUT set they are
 # appended to that file (scripts/bench.sh prints them in its one table);
@@ -31,7 +31,7 @@ bench_out="${BENCH_OUT:-}"
 
 go build -o bin/target ./cmd/target
 go build -o bin/mount ./cmd/mount
-go build -o bin/fusebench ./internal/fusebench
+go build -o bin/fusebench ./cmd/fusebench
 
 work="$(mktemp -d /tmp/fusebench.XXXXXX)"
 tmpfs_dir="" # the loopback mount's tmpfs directory
@@ -172,5 +172,5 @@ rm -rf "$tmpfs_dir"
 
 if [ -z "$bench_out" ]; then
 	echo
-	go run ./internal/benchtable <"$results"
+	go run ./cmd/benchtable <"$results"
 fi

@@ -48,6 +48,6 @@
 // The transfer benchmarks (BenchmarkTransfer, BenchmarkPingPong) live in
 // this package's tests beside their same-run baselines (memcpy over the
 // same number of buffers a transfer keeps in flight, so both run from the
-// same level of cache; loopback TCP); internal/benchtable turns their
+// same level of cache; loopback TCP); cmd/benchtable turns their
 // output into the ratio table of shared/PERFORMANCE.md.
 package conformance

@@ -16,7 +16,7 @@ import (
 
 // The transfer benchmarks compare the providers with their same-run
 // baselines (shared/PERFORMANCE.md): shm against a Go copy (R1), iwarp
-// against one loopback TCP stream (R2). internal/benchtable prints the
+// against one loopback TCP stream (R2). cmd/benchtable prints the
 // ratios from their output.
 
 // benchSizes are the transfer sizes of BenchmarkTransfer.

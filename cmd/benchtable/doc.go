@@ -50,7 +50,7 @@
 // "BenchmarkECWrite/write-amp/capsule-ec 1 A write-amp ..." and
 // "BenchmarkECWrite/space/capsule-ec 1 R space-amp ...".
 //
-//	go test -run '^$' -bench '^Benchmark(Transfer|PingPong)$' -benchmem -count 5 ./rdma/conformance | go run ./internal/benchtable
+//	go test -run '^$' -bench '^Benchmark(Transfer|PingPong)$' -benchmem -count 5 ./rdma/conformance | go run ./cmd/benchtable
 //
 // Every figure is the median of its runs, and a ratio is that of two
 // medians (for times, the baseline's over the benchmark's, so above 1 is
@@ -63,4 +63,9 @@
 // unless the input holds no benchmark line at all: the bars are
 // reported, not enforced, since absolute numbers on shared machines move
 // by tens of percent from run to run.
+//
+// It lives in cmd/ as a command of its own (go run ./cmd/benchtable, as
+// scripts/bench.sh, fusebench.sh and ecwritebench.sh run it), but `make
+// build` does not build it: it is a tool of the benchmarks, not part of
+// what capsule ships.
 package main
