@@ -62,6 +62,7 @@ const (
 	LogFirmwareSlot            LogPageID = 0x03
 	LogChangedNamespaceList    LogPageID = 0x04
 	LogCommandsSupported       LogPageID = 0x05
+	LogANA                     LogPageID = 0x0c // Asymmetric Namespace Access
 	LogDiscovery               LogPageID = 0x70
 	LogReservationNotification LogPageID = 0x80
 )
@@ -80,6 +81,10 @@ func (c *Command) LID() LogPageID { return LogPageID(bits(c.CDW10, glpLIDShift, 
 
 // LSP returns the Log Specific Parameter (CDW10 bits 14:8).
 func (c *Command) LSP() uint8 { return uint8(bits(c.CDW10, glpLSPShift, 7)) }
+
+// ANAReturnGroupsOnly reports the RGO bit of the LSP (bit 0), which asks
+// the ANA log page for its descriptors without their NSID lists.
+func (c *Command) ANAReturnGroupsOnly() bool { return c.LSP()&LSPANAReturnGroupsOnly != 0 }
 
 // RAE reports Retain Asynchronous Event (CDW10 bit 15).
 func (c *Command) RAE() bool { return bit(c.CDW10, glpRAEBit) }

@@ -62,7 +62,9 @@
 //     the exceptions are said where they are (a capsule is an SQE plus
 //     whatever follows; RDMA_CM private data may be padded by the
 //     connection manager; Dataset Management data may be longer than its
-//     ranges). A count read from the wire (NUMREC, NR, NIDL) is checked
+//     ranges; ANALog.UnmarshalPrefix takes the ANA log page from the start
+//     of the larger buffer a host reads it into). A count read from the
+//     wire (NUMREC, NR, NIDL, the ANA log's descriptors and NSIDs) is checked
 //     against the bytes that carry it before anything is allocated for it.
 //   - Strings are validated. An NQN must be nonempty, at most 223 bytes,
 //     valid UTF-8 and NUL-terminated in its 256-byte field, with nothing
@@ -143,6 +145,10 @@
 //	  6 Fabrics Command Set: 6.3 Connect, 6.4          fabrics.go
 //	        Disconnect, 6.5 Property Get, 6.6 Property
 //	        Set; Figure 105 Fabrics status values      status.go
+//	  Asymmetric Namespace Access Reporting (ANA       ana.go
+//	        states, ANACAP), the Asymmetric Namespace
+//	        Access log page (0Ch, RGO), Path Related
+//	        Status (SCT 3h)
 //	  8.19 Reservations: Reservation Register,         reservation.go
 //	        Acquire, Release, Report (command fields,
 //	        keys, extended reservation status), RESCAP

@@ -459,3 +459,26 @@ func FuzzReservation(f *testing.F) {
 		}
 	})
 }
+
+func FuzzANALog(f *testing.F) {
+	f.Add(anaLogBytes)
+	f.Add(make([]byte, ANALogHeaderSize))
+	f.Add(append(append([]byte(nil), anaLogBytes...), make([]byte, 64)...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if l := roundTrip[ANALog](t, b); l != nil {
+			require.Equal(t, len(b), l.Size())
+		}
+		// The prefix a host decodes from a larger buffer is the page
+		// UnmarshalBinary takes whole.
+		var l ANALog
+		n, err := l.UnmarshalPrefix(b)
+		if err != nil {
+			requireTyped(t, err)
+			return
+		}
+		require.Equal(t, l.Size(), n)
+		var whole ANALog
+		require.NoError(t, whole.UnmarshalBinary(b[:n]))
+		require.Equal(t, l, whole)
+	})
+}

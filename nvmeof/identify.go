@@ -51,6 +51,10 @@ const (
 	IDCtrlOffsetTNVMCAP   = 280  // Total NVM Capacity, 16 bytes
 	IDCtrlOffsetUNVMCAP   = 296  // Unallocated NVM Capacity, 16 bytes
 	IDCtrlOffsetKAS       = 320  // Keep Alive Support, 100 ms units
+	IDCtrlOffsetANATT     = 342  // ANA Transition Time, seconds
+	IDCtrlOffsetANACAP    = 343  // Asymmetric Namespace Access Capabilities
+	IDCtrlOffsetANAGRPMAX = 344  // ANA Group Identifier Maximum
+	IDCtrlOffsetNANAGRPID = 348  // Number of ANA Group Identifiers
 	IDCtrlOffsetSQES      = 512  // Submission Queue Entry Size
 	IDCtrlOffsetCQES      = 513  // Completion Queue Entry Size
 	IDCtrlOffsetMAXCMD    = 514  // Maximum Outstanding Commands
@@ -217,6 +221,12 @@ type IdentifyController struct {
 	TNVMCAP   Uint128
 	UNVMCAP   Uint128
 	KAS       uint16
+	// ANATT is the ANA Transition Time: the most seconds a group stays
+	// in the ANA Change state.
+	ANATT     uint8
+	ANACAP    uint8 // ANACAP bits
+	ANAGRPMAX uint32
+	NANAGRPID uint32
 	SQES      uint8 // bits 3:0 required, 7:4 maximum, log2 of bytes
 	CQES      uint8
 	MAXCMD    uint16
@@ -305,6 +315,10 @@ func (id *IdentifyController) MarshalTo(b []byte) (int, error) {
 	putUint128(b[IDCtrlOffsetTNVMCAP:], id.TNVMCAP)
 	putUint128(b[IDCtrlOffsetUNVMCAP:], id.UNVMCAP)
 	le.PutUint16(b[IDCtrlOffsetKAS:], id.KAS)
+	b[IDCtrlOffsetANATT] = id.ANATT
+	b[IDCtrlOffsetANACAP] = id.ANACAP
+	le.PutUint32(b[IDCtrlOffsetANAGRPMAX:], id.ANAGRPMAX)
+	le.PutUint32(b[IDCtrlOffsetNANAGRPID:], id.NANAGRPID)
 	b[IDCtrlOffsetSQES] = id.SQES
 	b[IDCtrlOffsetCQES] = id.CQES
 	le.PutUint16(b[IDCtrlOffsetMAXCMD:], id.MAXCMD)
@@ -394,6 +408,10 @@ func (id *IdentifyController) UnmarshalBinary(b []byte) error {
 	x.TNVMCAP = getUint128(b[IDCtrlOffsetTNVMCAP:])
 	x.UNVMCAP = getUint128(b[IDCtrlOffsetUNVMCAP:])
 	x.KAS = le.Uint16(b[IDCtrlOffsetKAS:])
+	x.ANATT = b[IDCtrlOffsetANATT]
+	x.ANACAP = b[IDCtrlOffsetANACAP]
+	x.ANAGRPMAX = le.Uint32(b[IDCtrlOffsetANAGRPMAX:])
+	x.NANAGRPID = le.Uint32(b[IDCtrlOffsetNANAGRPID:])
 	x.SQES = b[IDCtrlOffsetSQES]
 	x.CQES = b[IDCtrlOffsetCQES]
 	x.MAXCMD = le.Uint16(b[IDCtrlOffsetMAXCMD:])

@@ -20,11 +20,11 @@ func identifyControllerBytes(t testing.TB) []byte {
 	place(t, b, 64, `30 2e 31 20 20 20 20 20           # 71:64     FR "0.1"`)
 	place(t, b, 72, `06                                 # 72        RAB 6`)
 	place(t, b, 73, `00 14 4e                           # 75:73     IEEE OUI`)
-	place(t, b, 76, `03                                 # 76        CMIC: multi-port, multi-controller`)
+	place(t, b, 76, `0b                                 # 76        CMIC: multi-port, multi-controller, ANA reporting`)
 	place(t, b, 77, `05                                 # 77        MDTS 5 (128 KiB with 4 KiB pages)`)
 	place(t, b, 78, `01 00                              # 79:78     CNTLID 1`)
 	place(t, b, 80, `00 04 01 00                        # 83:80     VER 1.4.0`)
-	place(t, b, 92, `00 01 00 00                        # 95:92     OAES: namespace attribute notices (bit 8)`)
+	place(t, b, 92, `00 09 00 00                        # 95:92     OAES: namespace attribute (bit 8), ANA change (bit 11) notices`)
 	place(t, b, 96, `01 00 00 00                        # 99:96     CTRATT: 128-bit host identifier`)
 	place(t, b, 111, `01                                # 111       CNTRLTYPE: I/O controller`)
 	place(t, b, 128, `0a 00 14 00 1e 00                 # 133:128   CRDT1 1 s, CRDT2 2 s, CRDT3 3 s`)
@@ -39,6 +39,10 @@ func identifyControllerBytes(t testing.TB) []byte {
 	place(t, b, 270, `64 00                             # 271:270   MTFA 100 (10 s)`)
 	place(t, b, 280, `00 00 00 00 01 00 00 00 00 00 00 00 00 00 00 00  # 295:280  TNVMCAP 2^32 bytes`)
 	place(t, b, 320, `32 00                             # 321:320   KAS 50 (5 s)`)
+	place(t, b, 342, `0a                                # 342       ANATT 10 s`)
+	place(t, b, 343, `5f                                # 343       ANACAP: the five states, ANAGRPID fixed while attached`)
+	place(t, b, 344, `00 04 00 00                       # 347:344   ANAGRPMAX 1024`)
+	place(t, b, 348, `00 04 00 00                       # 351:348   NANAGRPID 1024`)
 	place(t, b, 512, `66                                # 512       SQES: required 6, maximum 6`)
 	place(t, b, 513, `44                                # 513       CQES: required 4, maximum 4`)
 	place(t, b, 514, `80 00                             # 515:514   MAXCMD 128`)
@@ -61,11 +65,13 @@ func identifyControllerBytes(t testing.TB) []byte {
 func identifyControllerValue() IdentifyController {
 	id := IdentifyController{
 		VID: 0xabcd, SSVID: 0x1234, SN: "0123456789abcdef", MN: "capsule", FR: "0.1",
-		RAB: 6, IEEE: [3]byte{0x00, 0x14, 0x4e}, CMIC: CMICMultiPort | CMICMultiController, MDTS: 5,
-		CNTLID: 1, VER: Version1_4, OAES: 1 << 8, CTRATT: CTRATTHostID128, CNTRLTYPE: ControllerTypeIO,
+		RAB: 6, IEEE: [3]byte{0x00, 0x14, 0x4e}, CMIC: CMICMultiPort | CMICMultiController | CMICANA, MDTS: 5,
+		CNTLID: 1, VER: Version1_4, OAES: 1<<8 | 1<<11, CTRATT: CTRATTHostID128, CNTRLTYPE: ControllerTypeIO,
 		CRDT: [3]uint16{10, 20, 30}, ACL: 3, AERL: 3, FRMW: 3,
 		LPA: LPASMARTPerNamespace | LPACommandsEffects | LPAExtendedData, ELPE: 63,
-		WCTEMP: 349, CCTEMP: 363, MTFA: 100, TNVMCAP: Uint128{Lo: 1 << 32}, KAS: 50, SQES: 0x66, CQES: 0x44,
+		WCTEMP: 349, CCTEMP: 363, MTFA: 100, TNVMCAP: Uint128{Lo: 1 << 32}, KAS: 50,
+		ANATT: 10, ANACAP: ANACAPOptimized | ANACAPNonOptimized | ANACAPInaccessible | ANACAPPersistentLoss | ANACAPChange | ANACAPGroupIDFixed,
+		ANAGRPMAX: 1024, NANAGRPID: 1024, SQES: 0x66, CQES: 0x44,
 		MAXCMD: 128, NN: 1024, ONCS: ONCSDatasetManagement | ONCSWriteZeroes,
 		VWC: VWCPresent | VWCFlushBroadcast, SGLS: SGLSSupported | SGLSKeyedDataBlock | SGLSOffsetAddress,
 		SUBNQN: testSubNQN, IOCCSZ: 260, IORCSZ: 1, MSDBD: 1, OFCS: OFCSDisconnect,

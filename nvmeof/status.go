@@ -48,6 +48,7 @@ const (
 	generic            Status = Status(SCTGeneric) << statusSCTShift
 	commandSpecific    Status = Status(SCTCommandSpecific) << statusSCTShift
 	mediaDataIntegrity Status = Status(SCTMediaDataIntegrity) << statusSCTShift
+	pathRelated        Status = Status(SCTPathRelated) << statusSCTShift
 )
 
 // Generic command status (SCT 0h), NVMe Base 2.x 4.2.3.1.
@@ -121,6 +122,19 @@ const (
 	StatusWriteFault           = mediaDataIntegrity | 0x80
 	StatusUnrecoveredReadError = mediaDataIntegrity | 0x81
 	StatusAccessDenied         = mediaDataIntegrity | 0x86
+)
+
+// Path related status (SCT 3h), NVMe Base 2.x 4.2.3.4: the command was
+// not run because of the path it came by. A host retries it through
+// another controller (these come without DNR).
+const (
+	StatusInternalPathError = pathRelated | 0x00
+	// StatusANAPersistentLoss: Asymmetric Access Persistent Loss.
+	StatusANAPersistentLoss = pathRelated | 0x01
+	// StatusANAInaccessible: Asymmetric Access Inaccessible.
+	StatusANAInaccessible = pathRelated | 0x02
+	// StatusANATransition: Asymmetric Access Transition.
+	StatusANATransition = pathRelated | 0x03
 )
 
 // NewStatus returns the status with the given type and code, with CRD, M
@@ -309,6 +323,14 @@ func (s Status) name() string {
 		return "unrecovered read error"
 	case StatusAccessDenied:
 		return "access denied"
+	case StatusInternalPathError:
+		return "internal path error"
+	case StatusANAPersistentLoss:
+		return "asymmetric access persistent loss"
+	case StatusANAInaccessible:
+		return "asymmetric access inaccessible"
+	case StatusANATransition:
+		return "asymmetric access transition"
 	}
 	return ""
 }
