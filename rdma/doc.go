@@ -15,8 +15,10 @@
 // Providers register themselves; a program imports rdma/providers to link
 // in all of them (nvmeof/host, and the fs client through it, link iwarp,
 // shm and verbs themselves). With none linked in, an RDMA URL fails with
-// ErrUnknownScheme and a message naming that import. Package rdma/fault wraps any provider with injected
-// faults, and rdma/conformance is the one test body every provider passes.
+// ErrUnknownScheme and a message naming that import. Package rdma/fault
+// wraps any provider with injected faults (fault+iwarp:// and so on); it
+// is linked only where a test imports it, never by rdma/providers.
+// Package rdma/conformance is the one test body every provider passes.
 //
 // # The model
 //

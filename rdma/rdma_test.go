@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/rdma"
+	_ "github.com/capsule-storage/capsule/rdma/fault" // fault+iwarp://
 	_ "github.com/capsule-storage/capsule/rdma/providers"
 )
 

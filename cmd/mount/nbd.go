@@ -15,7 +15,7 @@ import (
 	"github.com/capsule-storage/capsule/nbd"
 	"github.com/capsule-storage/capsule/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/nvmeof/host"
-	_ "github.com/capsule-storage/capsule/rdma/providers" // iwarp://, shm://, rdma://, fault+…
+	_ "github.com/capsule-storage/capsule/rdma/providers" // iwarp://, shm://, rdma://
 )
 
 // nbdDrainTimeout bounds how long SIGINT/SIGTERM waits for the requests

@@ -145,7 +145,8 @@ func TestServeFlagValidation(t *testing.T) {
 		{[]string{"--listen", "tcp://0.0.0.0:4420"}, "not on loopback"},
 		{[]string{"--listen", "tcp://127.0.0.1:http"}, "--listen"},
 		{[]string{"--listen", "tcp://127.0.0.1"}, "--listen"},
-		{[]string{"--listen", "fault+tcp://127.0.0.1:1"}, "unknown provider scheme"}, // a test-only wrapper, not a transport
+		{[]string{"--listen", "fault+tcp://127.0.0.1:1"}, "unknown provider scheme"},   // a test-only wrapper, not a transport
+		{[]string{"--listen", "fault+iwarp://127.0.0.1:1"}, "unknown provider scheme"}, // rdma/fault is not linked into bin/target
 		{[]string{"--namespace", "disk:1GiB"}, "kind"},
 		{[]string{"--namespace", "mem:1000"}, "multiple of the 512-byte block"},
 		{[]string{"--namespace", "mem:1MiB", "--block-size", "1024"}, "--block-size"},

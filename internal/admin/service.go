@@ -324,9 +324,9 @@ func contains(list []string, s string) bool {
 func baseName(s string) string { return filepath.Base(s) }
 
 // CheckListenURL checks a listener URL's syntax, as Listen will read it:
-// tcp://HOST:PORT (NVMe/TCP), or an RDMA URL of package rdma (fault+
-// RDMA wrappers included; TCP listeners are wrapped only in tests,
-// through target.WithListenerWrapper).
+// tcp://HOST:PORT (NVMe/TCP), or an RDMA URL of a provider the program
+// links (fault+ RDMA wrappers only where a test imports rdma/fault; TCP
+// listeners are wrapped only in tests, through target.WithListenerWrapper).
 func CheckListenURL(u string) error {
 	if rest, ok := strings.CutPrefix(u, "tcp://"); ok {
 		_, port, err := net.SplitHostPort(rest)

@@ -10,6 +10,10 @@
 //	...
 //	require.Equal(t, 1, inj.Count(fault.Drop))
 //
+// No package outside tests imports it (rdma/providers does not): it is
+// linked only into a test binary that imports it, and bin/target and
+// bin/mount refuse fault+ URLs as unknown schemes.
+//
 // # The model
 //
 // Faults belong to an address. An Injector (For) holds the rules of one
