@@ -521,7 +521,9 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 		}
 		log.Info("erasure-coded store synced and closed")
 	}()
-	t, err := target.New(target.WithLogger(log))
+	// Starting: the config may open listeners before it creates the
+	// subsystems, and a host reconnecting meanwhile must be told to retry.
+	t, err := target.New(target.WithLogger(log), target.WithStarting())
 	if err != nil {
 		return err
 	}
@@ -568,6 +570,7 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 	if err := svc.Load(start, save); err != nil {
 		return configError(cfg, err)
 	}
+	t.Ready()
 	rpcSrv := admin.NewServer(log.With("component", "rpc"))
 	svc.Register(rpcSrv)
 	sock := cfg.socketPath()

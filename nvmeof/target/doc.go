@@ -35,6 +35,11 @@
 // enabled it with Set Features (Asynchronous Event Configuration).
 // RemoveSubsystem and DisconnectHost end the controllers concerned;
 // StopListening leaves the connections made through the listener.
+// A daemon that opens its listeners before it has created its
+// subsystems (restoring a saved state) makes the target WithStarting:
+// until Ready, a Connect to a subsystem it does not have yet is refused
+// with Connect Controller Busy, which hosts retry, not Connect Invalid
+// Parameters with DNR, which ends their reconnecting.
 //
 // A host's Connect on an admin queue creates a controller (the dynamic
 // controller model: CNTLID 1..FFEFh picked by the subsystem); Connects on

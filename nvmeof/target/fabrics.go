@@ -73,6 +73,10 @@ func executeConnect(r *request) nvmeof.Status {
 		return r.fail(nvmeof.StatusCommandSequenceError.WithDNR(), nvmeof.CommandOffsetFCTYPE)
 	}
 	sub := t.lookupSubsystem(d.SubNQN)
+	if sub == nil && t.starting.Load() {
+		t.log.Info("connect to a subsystem not yet created: the target is starting", "subnqn", d.SubNQN, "hostnqn", d.HostNQN)
+		return nvmeof.StatusConnectControllerBusy
+	}
 	if sub == nil {
 		t.log.Warn("connect to an unknown subsystem", "subnqn", d.SubNQN, "hostnqn", d.HostNQN)
 		return invalidParameter(r, true, nvmeof.ConnectDataOffsetSUBNQN)

@@ -56,6 +56,7 @@ type config struct {
 	firmwareRevision     string
 	tcpMaxH2CData        int // 0: MaxTransfer
 	wrapListener         ListenerWrapper
+	starting             bool
 }
 
 func defaultConfig() config {
@@ -78,6 +79,15 @@ type Option func(*config)
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithStarting makes the target start in its starting state, for a
+// daemon that opens its listeners before it has created every
+// subsystem, so that an address in use fails before anything else is
+// created: until Ready, a Connect to a subsystem the target does not
+// have is refused with Connect Controller Busy, which hosts retry,
+// rather than Connect Invalid Parameters with DNR, which ends a host's
+// reconnecting (the subsystem it had may be about to come back).
+func WithStarting() Option { return func(c *config) { c.starting = true } }
 
 // WithMaxQueueEntries sets the most entries an I/O queue may have: CAP.MQES
 // + 1 and MAXCMD (default 128, from 2 to 4096). Each queue posts twice

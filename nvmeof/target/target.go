@@ -29,6 +29,7 @@ type Target struct {
 
 	discovery *Subsystem
 	genctr    atomic.Uint64 // GENCTR of the discovery log
+	starting  atomic.Bool   // WithStarting, until Ready
 
 	// mu guards the fields below. Lock order: Target.mu, Subsystem.mu,
 	// Controller.mu.
@@ -72,6 +73,7 @@ func New(opts ...Option) (*Target, error) {
 		subsystems: make(map[string]*Subsystem),
 		queues:     make(map[*queue]struct{}),
 	}
+	t.starting.Store(cfg.starting)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	disc, err := newSubsystem(t, SubsystemConfig{NQN: nvmeof.DiscoveryNQN, AllowAnyHost: true}, true)
 	if err != nil {
@@ -176,6 +178,11 @@ func (t *Target) Listen(ctx context.Context, url string) (string, error) {
 	t.log.Info("listening", "url", l.url())
 	return l.url(), nil
 }
+
+// Ready ends the starting state of a target made WithStarting: from now
+// on a Connect to a subsystem the target does not have is refused for
+// good (Connect Invalid Parameters, DNR).
+func (t *Target) Ready() { t.starting.Store(false) }
 
 // StopListening closes the listener whose address (as Listen returned
 // it) is url: it accepts no more connections, and the discovery log no
