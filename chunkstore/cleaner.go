@@ -88,7 +88,8 @@ func (s *Store) kickClean() {
 // so mostly dead slots go first and, among equally dead ones, the old,
 // cold ones, whose remaining data is unlikely to die soon on its own. It
 // moves each victim's live sectors to the log, which frees the victim at
-// the next checkpoint. Once no caller has written for a while and it has
+// the next checkpoint; with no write for a second it cleans only for
+// writers at their limit. Once no caller has written for a while and it has
 // had nothing to do meanwhile, it makes one idle pass
 // (WithIdleCompaction): the same, down to the idle target, then a
 // trimming checkpoint.
@@ -109,6 +110,7 @@ func (s *Store) cleaner() {
 		active    time.Time        // when I/O or a busy pass was last seen
 		compacted bool      = true // the idle pass since the last write is done
 		lastShort time.Time        // when the last pass for a full file system ended
+		lastWrite time.Time        // when a write was last seen
 	)
 	for {
 		select {
@@ -124,11 +126,15 @@ func (s *Store) cleaner() {
 				// Reads delay the idle pass; only writes call for
 				// another one.
 				if s.hostSecs != written {
-					written, compacted = s.hostSecs, false
+					written, compacted, lastWrite = s.hostSecs, false, now
 				}
 				host, active = ops, now
 			}
-			busy := s.cleanLevel() > 0
+			// Space is for writes: with none for a second, only writers'
+			// limit calls for cleaning (reads keep the cores), and the
+			// idle pass takes the rest once all I/O stops.
+			level := s.cleanLevel()
+			busy := level == 2 || level == 1 && now.Sub(lastWrite) < time.Second
 			idle := !busy && !compacted && s.opts.idleAfter > 0 && now.Sub(active) >= s.opts.idleAfter
 			// Out of space: an idle pass at once, writes or not, at most
 			// one a second (every flush that fails asks again).

@@ -246,7 +246,10 @@
 // write in between wins), which releases the victim. Writers wait for it
 // when the slots in use exceed (1 + 1.5f) × the live data, so a full
 // store slows down instead of growing without bound; the cleaner's own
-// appends never wait for that, so it cannot deadlock. Under uniformly
+// appends never wait for that, so it cannot deadlock. Space is for
+// writes: once none has come for a second, the cleaner waits (unless the
+// slots in use are at the writers' limit), so that a read load keeps the
+// cores, and the idle pass takes the rest once all I/O stops. Under uniformly
 // random overwrites the victims' live fraction u follows from f, and the
 // cleaner moves u/(1 - u) bytes per host byte, each at the stripe's 1.59×:
 // with f = 0.5, u is about 0.5 and a store whose cleaner keeps up writes
