@@ -257,7 +257,9 @@
 //	in-capsule data for controller-to-host    Invalid Field              Invalid Field             Invalid Field
 //	Connect (fabrics.go, nvmeof.ConnectData.UnmarshalTolerant)
 //	unknown SUBNQN; no NUL in SUBNQN          Invalid Parameters (data   Invalid Parameters        Invalid Parameters
-//	                                          offset 256)
+//	                                          offset 256); Controller
+//	                                          Busy, no DNR, while
+//	                                          WithStarting
 //	HOSTNQN empty, not a valid NQN, text      accept; the allow-list     accept; allow-list        accept; allow-list
 //	  after its NUL                            decides                    decides                   decides
 //	HOSTNQN with no NUL                       Invalid Parameters (512)   cut at byte 255           Invalid Parameters
