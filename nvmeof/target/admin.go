@@ -82,6 +82,11 @@ func executeIdentify(r *request) nvmeof.Status {
 			return nvmeof.StatusSuccess
 		}
 		id := ns.identify()
+		switch ctrl.ana.state(ns.anaGroup) {
+		case nvmeof.ANAInaccessible, nvmeof.ANAPersistentLoss:
+			// No blocks can be used through this path (as nvmet says).
+			id.NUSE = 0
+		}
 		_, err = id.MarshalTo(buf)
 	case nvmeof.CNSNamespaceIDDescriptors:
 		ns := ctrl.sub.Namespace(r.cmd.NSID)
@@ -104,7 +109,7 @@ func executeIdentify(r *request) nvmeof.Status {
 			clear(buf)
 			return nvmeof.StatusSuccess
 		}
-		id := nvmeof.IdentifyNamespaceIndependent{NMIC: 1, RESCAP: ns.rescap(), NSTAT: nvmeof.NSTATReady}
+		id := nvmeof.IdentifyNamespaceIndependent{NMIC: 1, RESCAP: ns.rescap(), ANAGRPID: ns.anaGroup, NSTAT: nvmeof.NSTATReady}
 		_, err = id.MarshalTo(buf)
 	case nvmeof.CNSControllerCommandSet:
 		id := ctrl.identifyNVM()
@@ -130,7 +135,7 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		MN:        cfg.modelNumber,
 		FR:        cfg.firmwareRevision,
 		RAB:       6,
-		CMIC:      nvmeof.CMICMultiController,
+		CMIC:      nvmeof.CMICMultiPort | nvmeof.CMICMultiController | nvmeof.CMICANA,
 		MDTS:      cfg.mdts(),
 		CNTLID:    c.cntlid,
 		VER:       specVersion,
@@ -142,10 +147,15 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		LPA:       nvmeof.LPASMARTPerNamespace | nvmeof.LPAExtendedData,
 		ELPE:      errorLogEntries - 1,
 		KAS:       keepAliveSupport,
+		ANATT:     anaTransitionTime,
+		ANACAP:    anaCapabilities,
+		ANAGRPMAX: MaxANAGroups,
+		NANAGRPID: MaxANAGroups,
 		SQES:      6<<4 | 6,
 		CQES:      4<<4 | 4,
 		MAXCMD:    uint16(cfg.maxQueueEntries),
 		NN:        MaxNamespaces,
+		MNAN:      MaxNamespaces, // Linux hosts refuse ANA without it
 		ONCS:      nvmeof.ONCSDatasetManagement | nvmeof.ONCSWriteZeroes | nvmeof.ONCSReservations,
 		VWC:       nvmeof.VWCPresent | nvmeof.VWCFlushBroadcast,
 		SGLS:      nvmeof.SGLSSupported | nvmeof.SGLSOffsetAddress,
@@ -155,7 +165,7 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		ICDOFF:    0,
 		MSDBD:     1,
 		OFCS:      nvmeof.OFCSDisconnect,
-		OAES:      oaesNamespaceAttribute,
+		OAES:      oaesNamespaceAttribute | oaesANAChange,
 	}
 	if _, tcp := c.admin.tr.(*tcpQueue); !tcp {
 		// Keyed SGLs are the RDMA transport's: a TCP controller moves
@@ -170,6 +180,7 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		id.ONCS = 0
 		id.VWC = 0
 		id.OAES = oaesDiscoveryLogChange
+		id.ANATT, id.ANACAP, id.ANAGRPMAX, id.NANAGRPID, id.MNAN = 0, 0, 0, 0, 0
 		id.LPA = nvmeof.LPAExtendedData
 		id.DCTYPE = 1 // direct discovery controller: reports its own subsystems
 		id.OFCS = 0
@@ -208,7 +219,10 @@ func (ns *Namespace) identify() nvmeof.IdentifyNamespace {
 		NMIC:   1, // may be attached to several controllers
 		DLFEAT: nvmeof.DLFEATReadZeroes | nvmeof.DLFEATWriteZeroesDeallocate,
 		RESCAP: ns.rescap(),
-		NGUID:  ns.nguid,
+		// ANAGRPID: the group's state on the listener decides whether
+		// I/O runs (ana.go).
+		ANAGRPID: ns.anaGroup,
+		NGUID:    ns.nguid,
 	}
 	id.LBAF[0] = nvmeof.LBAFormat{LBADS: uint8(ns.blockShift)}
 	return id
@@ -235,7 +249,8 @@ func prepareGetLogPage(r *request) nvmeof.Status {
 		if nsid := c.NSID; nsid != 0 && nsid != nvmeof.NSIDAll && ctrl.sub.Namespace(nsid) == nil {
 			return r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
 		}
-	case lid == nvmeof.LogFirmwareSlot, lid == nvmeof.LogChangedNamespaceList, lid == nvmeof.LogReservationNotification:
+	case lid == nvmeof.LogFirmwareSlot, lid == nvmeof.LogChangedNamespaceList, lid == nvmeof.LogReservationNotification,
+		lid == nvmeof.LogANA:
 	default:
 		return r.fail(nvmeof.StatusInvalidLogPage.WithDNR(), nvmeof.CommandOffsetCDW10)
 	}
@@ -260,9 +275,14 @@ func executeGetLogPage(r *request) nvmeof.Status {
 		size = nvmeof.ResNoticeLogSize
 	}
 	var page []byte
-	if c.LID() == nvmeof.LogDiscovery {
+	switch c.LID() {
+	case nvmeof.LogDiscovery:
 		page = ctrl.t.discoveryLogPage(ctrl.hostNQN)
-	} else {
+	case nvmeof.LogANA:
+		// Its size is what it holds: an offset past it is refused by
+		// CopyLogPage below (the event is unmasked even then).
+		page = ctrl.anaLogPage(c.ANAReturnGroupsOnly(), c.RAE())
+	default:
 		if offset%4 != 0 || offset > uint64(size) {
 			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW12)
 		}

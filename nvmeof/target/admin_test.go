@@ -56,7 +56,20 @@ func TestIdentifyControllerLinuxChecks(t *testing.T) {
 		assert.Equal(t, nvmeof.VWCPresent|nvmeof.VWCFlushBroadcast, id.VWC)
 		assert.NotZero(t, id.CTRATT&nvmeof.CTRATTHostID128)
 		assert.NotZero(t, id.CTRATT&ctrattTBKAS)
-		assert.Equal(t, oaesNamespaceAttribute, id.OAES)
+		assert.Equal(t, oaesNamespaceAttribute|oaesANAChange, id.OAES)
+
+		// ANA, as Linux reads it (nvme_mpath_init_identify): MNAN set and
+		// at most NN, and an ANA log page of 16 + NANAGRPID*32 + MNAN*4
+		// bytes within MDTS.
+		assert.Equal(t, nvmeof.CMICMultiPort|nvmeof.CMICMultiController|nvmeof.CMICANA, id.CMIC)
+		assert.Equal(t, uint8(anaTransitionTime), id.ANATT)
+		assert.Equal(t, nvmeof.ANACAPOptimized|nvmeof.ANACAPNonOptimized|nvmeof.ANACAPInaccessible|
+			nvmeof.ANACAPPersistentLoss|nvmeof.ANACAPChange|nvmeof.ANACAPGroupIDFixed, id.ANACAP)
+		assert.Equal(t, uint32(MaxANAGroups), id.ANAGRPMAX)
+		assert.Equal(t, uint32(MaxANAGroups), id.NANAGRPID)
+		assert.NotZero(t, id.MNAN)
+		assert.LessOrEqual(t, id.MNAN, id.NN)
+		assert.LessOrEqual(t, nvmeof.MaxANALogSize(id.NANAGRPID, id.MNAN), uint64(4096)<<id.MDTS)
 		assert.Equal(t, uint8(errorLogEntries-1), id.ELPE)
 		assert.Equal(t, uint8(asyncEventLimit-1), id.AERL)
 		assert.Zero(t, id.FCATT, "dynamic controller model")

@@ -127,6 +127,8 @@ var (
 	adminOpcodes = []nvmeof.Opcode{0x02, 0x06, 0x08, 0x09, 0x0a, 0x18, 0x7f}
 	ioOpcodes    = []nvmeof.Opcode{0x00, 0x01, 0x02, 0x08, 0x09, 0x0d, 0x0e, 0x11, 0x15, 0x7f, 0x80, 0x81, 0x82, 0x83}
 	fctypes      = []uint8{0x00, 0x01, 0x04, 0x05, 0x08, 0x06, 0xff}
+	logPageIDs   = []nvmeof.LogPageID{nvmeof.LogErrorInformation, nvmeof.LogSMARTHealth, nvmeof.LogFirmwareSlot,
+		nvmeof.LogChangedNamespaceList, nvmeof.LogANA, nvmeof.LogDiscovery, nvmeof.LogReservationNotification, 0xc0}
 )
 
 func (g *commandGen) dword() uint32 {
@@ -190,6 +192,11 @@ func (g *commandGen) next(cid uint16) (nvmeof.Command, []byte) {
 	c.CDW13, c.CDW14, c.CDW15 = g.dword(), g.dword(), g.dword()
 	if c.Opcode == nvmeof.OpFabrics {
 		c.NSID = uint32(fctypes[g.r.IntN(len(fctypes))]) // FCTYPE is byte 4
+	}
+	if g.admin && c.Opcode == nvmeof.AdminGetLogPage && g.r.IntN(2) == 0 {
+		// Mostly the log pages served (the ANA log, 0Ch, among them),
+		// any LSP, RAE and length.
+		c.CDW10 = c.CDW10&^0xff | uint32(logPageIDs[g.r.IntN(len(logPageIDs))])
 	}
 	if !g.admin && (c.Opcode == nvmeof.IORead || c.Opcode == nvmeof.IOWrite) && g.r.IntN(2) == 0 {
 		// Mostly sensible lengths for reads and writes.

@@ -54,6 +54,9 @@ type controller struct {
 	hostID    [16]byte
 	discovery bool
 	log       *slog.Logger
+	// ana is the ANA state of the listener the admin queue came
+	// through (nil on discovery controllers); read without a lock.
+	ana *anaPort
 
 	// Read on every command without a lock.
 	traffic atomic.Bool // a command arrived since the last keep-alive check
@@ -91,6 +94,7 @@ type controller struct {
 	resNotices                      []nvmeof.ReservationNotice
 	resCount                        uint64
 	resEventPending, resEventMasked bool
+	anaEventPending, anaEventMasked bool
 
 	errMu    sync.Mutex // guards errLog and errCount; taken alone or after mu
 	errLog   [errorLogEntries]nvmeof.ErrorLogEntry
@@ -106,6 +110,7 @@ func newController(t *Target, sub *Subsystem, q *queue, data *nvmeof.ConnectData
 		hostNQN:       data.HostNQN,
 		hostID:        data.HostID,
 		discovery:     sub.discovery,
+		ana:           sub.anaPortFor(q.listener),
 		admin:         q,
 		io:            make([]*queue, t.cfg.maxIOQueues+1),
 		queuesGranted: t.cfg.maxIOQueues,
@@ -374,6 +379,9 @@ func (c *controller) deliverEventsLocked() {
 			c.nsEventPending, c.nsEventMasked = false, true
 			ev = nvmeof.AsyncEvent{Type: nvmeof.AsyncEventNotice, Info: nvmeof.NoticeNamespaceAttributeChanged,
 				LogPage: nvmeof.LogChangedNamespaceList}
+		case c.anaEventPending && !c.anaEventMasked:
+			c.anaEventPending, c.anaEventMasked = false, true
+			ev = nvmeof.AsyncEvent{Type: nvmeof.AsyncEventNotice, Info: nvmeof.NoticeANAChange, LogPage: nvmeof.LogANA}
 		case c.resEventPending && !c.resEventMasked:
 			c.resEventPending, c.resEventMasked = false, true
 			ev = nvmeof.AsyncEvent{Type: nvmeof.AsyncEventIOCommandSpecific, Info: nvmeof.AsyncEventInfoReservationLog,

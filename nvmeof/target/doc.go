@@ -50,7 +50,28 @@
 // other mandatory ones), held
 // Asynchronous Event Requests, the error log, the changed namespace
 // list and the reservation notices. Each namespace holds its
-// reservation and its registrants (reservation.go). It ends when its admin queue's connection ends, when the
+// reservation and its registrants (reservation.go).
+//
+// Asymmetric Namespace Access (ana.go): each namespace is in an ANA
+// group (NamespaceConfig.ANAGroupID, its NSID by default, as in SPDK),
+// and each listener of a subsystem has a state per group, Optimized
+// until Subsystem.SetANAState sets another (Non-Optimized, Inaccessible,
+// Persistent Loss, Change), as a port has in Linux nvmet and a listener
+// in SPDK. A controller reports the states of the listener its admin
+// queue came through: the ANA log page (0Ch) has one descriptor per
+// group with namespaces, each with its change count and its NSIDs
+// (none with RGO); Identify Controller has CMIC bit 3, ANACAP (all five
+// states, ANAGRPID fixed while attached), ANATT 10 s, ANAGRPMAX and
+// NANAGRPID 1024 and MNAN 1024; Identify Namespace has ANAGRPID, and NUSE
+// 0 through a path where the group is Inaccessible or in Persistent
+// Loss. I/O commands to a namespace whose group is neither Optimized nor
+// Non-Optimized through the controller's listener are aborted with the
+// state's Path Related Status (SCT 3h: 01h Persistent Loss, 02h
+// Inaccessible, 03h Transition), without DNR, so that a host retries on
+// another path. A change of state is told to the controllers connected
+// through that listener with an Asynchronous Event (Notice, ANA Change,
+// log page 0Ch) when they enabled it (AEC bit 11); it is reported once
+// until the host reads the log page with RAE clear. It ends when its admin queue's connection ends, when the
 // keep-alive timer expires (every command restarts it: CTRATT.TBKAS), or
 // when the target shuts down; then every queue of it is disconnected and
 // everything it held is freed.
@@ -73,6 +94,8 @@
 //	nvm.go         Read, Write, Flush, Write Zeroes, Dataset Management
 //	reservation.go Reservation Register, Acquire, Release, Report, and the
 //	               reservation conflicts of I/O; notices
+//	ana.go         ANA groups and states per listener, the ANA log page,
+//	               ANA Change events
 //	ptpl.go        ReservationStore: reservations through power loss
 //	discovery.go   the discovery log page and listener addresses
 //	vendor.go      vendor-specific I/O commands (80h-FFh), routed to the
@@ -298,6 +321,12 @@
 //	                                           Invalid Field
 //	Get Features 81h without EXHID            Invalid Field              Invalid Field             Invalid Field
 //	Set Features with SV                      Feature Not Saveable       not checked               Feature Not Saveable
+//	Get Log Page 0Ch: LSP bits but RGO; RAE   ignored; RAE keeps the     ignored; RAE keeps the    ignored; RAE keeps the
+//	                                          event masked               event masked              event masked
+//	Get Log Page 0Ch offset past the page     Invalid Field (at its end: offset not read: the      Invalid Field (at its
+//	                                          zeros)                     page from its start       end too)
+//	I/O to a group Inaccessible, Persistent   the state's Path Related   the same (no DNR)         the same (no DNR)
+//	  Loss or Change through the listener       Status, no DNR
 //	a fifth AER held                          AER Limit Exceeded         AER Limit Exceeded        AER Limit Exceeded
 //
 // Every command the target accepts is answered: exactly one completion
@@ -327,6 +356,9 @@
 //	Invalid Queue Type            Disconnect on the admin queue
 //	Invalid Namespace or Format   an NSID with no namespace
 //	LBA Out of Range              blocks past the end (any range of a DSM)
+//	ANA Inaccessible, Persistent  an I/O command to a namespace whose ANA group
+//	Loss, Transition (SCT 3h)     has that state on the controller's listener
+//	                              (no DNR: another path may serve it)
 //	Reservation Conflict          a read or write the namespace's reservation
 //	                              does not allow the host; a reservation
 //	                              command with a wrong key or against
@@ -392,8 +424,16 @@
 //     command set and "I/O command sets" (bit 6); Identify serves CNS 00h
 //     to 03h, 05h to 08h and 1Ch (one command set combination, NVM);
 //     namespace identification descriptors carry CSI 0. It has no
-//     Commands Supported and Effects log (LPA does not claim one) and no
-//     ANA.
+//     Commands Supported and Effects log (LPA does not claim one).
+//   - ANA is always reported (CMIC bit 3), on every NVM subsystem: hosts
+//     that do not use it see every group Optimized. The target never
+//     moves a group out of Change by itself (ANATT is a promise the
+//     operator keeps). The ANA change counts are per listener; adding or
+//     removing a namespace changes the descriptors' NSIDs but no count
+//     (the Namespace Attribute Changed event tells of it). A listener
+//     disallowed from a subsystem forgets its states; controllers still
+//     connected through it keep theirs. Flush to every namespace (NSID
+//     FFFFFFFFh) is not checked against ANA states.
 //   - Reservations (reservation.go) are per namespace and per host
 //     (HOSTID of Connect), every type, with IEKEY ignoring CRKEY. They
 //     live in memory unless the namespace has a ReservationStore

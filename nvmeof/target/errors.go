@@ -31,4 +31,7 @@ var (
 	ErrNoListener = errors.New("target: no listener there")
 	// ErrNoSubsystem: RemoveSubsystem was given an NQN of no NVM subsystem.
 	ErrNoSubsystem = errors.New("target: no such subsystem")
+	// ErrInvalidANA: SetANAState was given a state that is not one of the
+	// five, a group past MaxANAGroups, or the discovery subsystem.
+	ErrInvalidANA = errors.New("target: invalid ANA state or group")
 )

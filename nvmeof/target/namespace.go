@@ -42,6 +42,10 @@ type NamespaceConfig struct {
 	// when a host asks for Persist Through Power Loss (ptpl.go); without
 	// it they are in memory only and RESCAP does not claim PTPL.
 	Reservations ReservationStore
+	// ANAGroupID is the namespace's ANA group (ana.go), 1 to
+	// MaxANAGroups; 0 puts it in the group of its NSID, as SPDK does.
+	// Namespaces may share a group: its state on a listener is theirs.
+	ANAGroupID uint32
 }
 
 // Namespace is a namespace of a subsystem: a block device seen in blocks.
@@ -57,6 +61,7 @@ type Namespace struct {
 	nguid       [16]byte
 	nonBlocking bool
 	vendor      VendorHandler
+	anaGroup    uint32 // ANAGRPID
 
 	// res is the namespace's reservation (reservation.go).
 	res reservation
@@ -84,6 +89,12 @@ func newNamespace(sub *Subsystem, cfg NamespaceConfig) (*Namespace, error) {
 	if cfg.Device == nil {
 		return nil, fmt.Errorf("%w: no device", ErrInvalidNamespace)
 	}
+	if cfg.ANAGroupID > MaxANAGroups {
+		return nil, fmt.Errorf("%w: ANA group %d: want 1 to %d, or 0 for the NSID's", ErrInvalidNamespace, cfg.ANAGroupID, MaxANAGroups)
+	}
+	if cfg.ANAGroupID == 0 {
+		cfg.ANAGroupID = cfg.NSID
+	}
 	blocks := cfg.Device.Size() / int64(bs)
 	if blocks < 1 && cfg.Vendor == nil {
 		return nil, fmt.Errorf("%w: device of %d bytes holds no %d-byte block", ErrInvalidNamespace, cfg.Device.Size(), bs)
@@ -99,6 +110,7 @@ func newNamespace(sub *Subsystem, cfg NamespaceConfig) (*Namespace, error) {
 		nguid:       cfg.NGUID,
 		nonBlocking: blockdev.IsNonBlocking(cfg.Device),
 		vendor:      cfg.Vendor,
+		anaGroup:    cfg.ANAGroupID,
 		res:         reservation{store: cfg.Reservations},
 	}
 	uuid, nguid := DeriveNamespaceIDs(sub.nqn, cfg.NSID)

@@ -10,11 +10,18 @@ import (
 // NVM command set I/O commands: Read, Write, Flush, Write Zeroes, Dataset
 // Management (NVM Command Set Specification 1.0, 3).
 
-// namespaceOf finds the namespace a command names.
+// namespaceOf finds the namespace a command names, and refuses the
+// command when the namespace's ANA group is not usable through the
+// controller's listener.
 func namespaceOf(r *request) (*Namespace, nvmeof.Status) {
 	ns := r.q.ctrl.sub.ns.Load().byID[r.cmd.NSID]
 	if ns == nil {
 		return nil, r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
+	}
+	if st := r.q.ctrl.ana.state(ns.anaGroup); !st.Usable() {
+		// Not through this path (ana.go): a Path Related Status without
+		// DNR, which tells the host to try another controller.
+		return nil, r.fail(st.Status(), nvmeof.CommandOffsetNSID)
 	}
 	r.ns = ns
 	return ns, nvmeof.StatusSuccess

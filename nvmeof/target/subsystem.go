@@ -65,6 +65,7 @@ type Subsystem struct {
 	removed     bool // RemoveSubsystem ran: no new controllers
 	ownListen   bool
 	listeners   map[string]struct{}      // with ownListen: the listener URLs that serve it
+	ana         map[string]*anaPort      // ANA states by listener URL (ana.go)
 	hostStats   map[string]*hostCounters // by host NQN, at most maxTrackedHosts (stats.go)
 }
 
@@ -93,6 +94,7 @@ func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) (*Subsystem, e
 		nextCNTLID:  1,
 		ownListen:   cfg.OwnListeners && !discovery,
 		listeners:   make(map[string]struct{}),
+		ana:         make(map[string]*anaPort),
 		hostStats:   make(map[string]*hostCounters),
 	}
 	for _, u := range cfg.Listeners {
@@ -153,11 +155,15 @@ func (s *Subsystem) AllowListener(url string) {
 }
 
 // DisallowListener stops the listener at url serving the subsystem (made
-// with OwnListeners): no new Connect through it. Controllers connected
-// through it keep running.
+// with OwnListeners): no new Connect through it, and its ANA states are
+// forgotten (allowed again, it starts Optimized). Controllers connected
+// through it keep running, with the ANA states they had.
 func (s *Subsystem) DisallowListener(url string) {
 	s.mu.Lock()
 	delete(s.listeners, url)
+	if s.ownListen {
+		s.forgetANALocked(url)
+	}
 	s.mu.Unlock()
 	s.t.discoveryChanged()
 }
