@@ -32,6 +32,9 @@ func repairCommand() *cli.Command {
 			"NEWDIR must be new or empty (a file system's lost+found is fine); it is created\n" +
 			"if needed. Stop `target serve` first: a store is opened by one process at a time.\n" +
 			"\n" +
+			"The store is on DATA/dev0 … DATA/dev{K+M-1}, K+M being the store's own geometry\n" +
+			"as its devices record it; --ec, when given, must match it (else exit 2).\n" +
+			"\n" +
 			"Which device NEWDIR replaces:\n" +
 			"  1. --position N, if given (0 … K+M-1);\n" +
 			"  2. otherwise N, when NEWDIR is DATA/devN itself (a new disk mounted where\n" +
@@ -59,8 +62,8 @@ func repairCommand() *cli.Command {
 			&cli.StringFlag{Name: "device", Usage: "the new, empty directory (`NEWDIR`) standing in for the lost device"},
 			&cli.IntFlag{Name: "position", Usage: "the lost device's position `N`, as in DATA/devN",
 				DefaultText: "NEWDIR's own position, or the one device the store cannot use"},
-			&cli.StringFlag{Name: "ec", Value: chunkstore.DefaultGeometry.String(),
-				Usage: "the store's geometry `K+M`: K data and M parity devices; it sets how many DATA/devN there are"},
+			&cli.StringFlag{Name: "ec", DefaultText: "the store's, from its devices",
+				Usage: "the store's geometry `K+M`: K data and M parity devices; when given, it must be the store's"},
 			&cli.StringFlag{Name: "rate", Value: "0", Usage: "limit reads to `BYTES` per second, e.g. 50MiB or 200MB", DefaultText: "0, no limit"},
 		},
 		Action: runRepair,
@@ -75,9 +78,15 @@ func runRepair(c *cli.Context) error {
 	if strings.TrimSpace(device) == "" {
 		return usageError("--device NEWDIR is required: the new, empty directory that takes the lost device's place")
 	}
-	g, err := parseGeometryFlag(c)
-	if err != nil {
-		return err
+	// Without --ec the store's own geometry says how many DATA/devN there
+	// are, as for scrub: dataDevices is a first guess, probeStore the answer.
+	l := storeLayout{dirs: dataDevices(data), data: data}
+	if c.IsSet("ec") {
+		g, err := parseGeometryFlag(c)
+		if err != nil {
+			return err
+		}
+		l = storeLayout{dirs: chunkstore.DeviceDirs(data, g), geo: g, geoSet: true}
 	}
 	rate, err := parseRateFlag(c)
 	if err != nil {
@@ -86,23 +95,49 @@ func runRepair(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return usageError("repair takes no arguments, got %q", c.Args().Slice())
 	}
-	l := storeLayout{dirs: chunkstore.DeviceDirs(data, g), geo: g, geoSet: c.IsSet("ec")}
-	pos := c.Int("position")
-	if c.IsSet("position") && (pos < 0 || pos >= g.Devices()) {
-		return usageError("bad --position %d: a %s store has devices 0 to %d", pos, g, g.Devices()-1)
-	}
-	if !c.IsSet("position") {
-		if pos, err = replacedPosition(l, device); err != nil {
-			return err
+	pos := -1
+	if c.IsSet("position") {
+		pos = c.Int("position")
+		if pos < 0 {
+			return usageError("bad --position %d: devices are numbered from 0, as in DATA/dev0", pos)
 		}
-	}
-	for i, d := range l.dirs {
-		if i != pos && sameDir(device, d) {
-			return usageError("repair: --device %s is device %d's directory, not device %d's", device, i, pos)
+		if l.geoSet && pos >= l.geo.Devices() {
+			return usageError("bad --position %d: a %s store has devices 0 to %d", pos, l.geo, l.geo.Devices()-1)
+		}
+		if err := checkNotOtherDevice(l.dirs, device, pos); err != nil {
+			return err
 		}
 	}
 	if err := checkReplacement(device); err != nil {
 		return err
+	}
+	if pos < 0 {
+		for i, d := range l.dirs {
+			if sameDir(device, d) {
+				pos = i
+			}
+		}
+	}
+	if pos < 0 || !l.geoSet {
+		p, err := probeStore(l)
+		if err != nil {
+			return err
+		}
+		l.dirs = p.dirs
+		if pos < 0 {
+			if pos, err = p.replaced(device); err != nil {
+				return err
+			}
+		}
+		if pos >= len(l.dirs) && c.IsSet("position") {
+			return usageError("bad --position %d: the store has devices 0 to %d", pos, len(l.dirs)-1)
+		}
+		if pos >= len(l.dirs) {
+			return usageError("repair: --device %s is device %d's directory, but the store has devices 0 to %d", device, pos, len(l.dirs)-1)
+		}
+		if err := checkNotOtherDevice(l.dirs, device, pos); err != nil {
+			return err
+		}
 	}
 
 	dirs := slices.Clone(l.dirs)
@@ -156,46 +191,68 @@ func runRepair(c *cli.Context) error {
 	return nil
 }
 
-// replacedPosition finds which device the new directory replaces: the
-// default directory it is, or else the one device the store cannot use.
-func replacedPosition(l storeLayout, device string) (int, error) {
-	for i, d := range l.dirs {
-		if sameDir(device, d) {
-			return i, nil
+// checkNotOtherDevice refuses a NEWDIR that is another device's
+// directory than the one at pos.
+func checkNotOtherDevice(dirs []string, device string, pos int) error {
+	for i, d := range dirs {
+		if i != pos && sameDir(device, d) {
+			return usageError("repair: --device %s is device %d's directory, not device %d's", device, i, pos)
 		}
 	}
-	s, err := openStore(l, l.dirs)
-	var unusable []int
+	return nil
+}
+
+// storeProbe is what repair learns from opening the store before it
+// rebuilds: the devices' directories and the devices it cannot use.
+type storeProbe struct {
+	dirs     []string // one per device of the store
+	unusable []int    // positions the store cannot use
+	err      error    // why the store did not open, if it did not
+}
+
+// probeStore opens the store on l.dirs (with --data and no --ec, on as
+// many DATA/devN as the store has) and closes it again. A store that
+// does not open because of its devices still tells which they are: Open
+// checks their number before it looks at each.
+func probeStore(l storeLayout) (storeProbe, error) {
+	s, dirs, err := openStoreDirs(l, l.dirs)
+	p := storeProbe{dirs: dirs}
 	var de *chunkstore.DevicesError
 	switch {
 	case err == nil:
 		for _, d := range s.Info().Devices {
 			if d.State != chunkstore.DeviceHealthy {
-				unusable = append(unusable, d.Pos)
+				p.unusable = append(p.unusable, d.Pos)
 			}
 		}
 		if err := s.Close(); err != nil {
-			return 0, fmt.Errorf("open store: %w", err)
+			return p, &lineError{msg: "open store: closing it again: " + storeError(err), err: err}
 		}
-	case errors.As(err, &de) && !errors.Is(err, chunkstore.ErrDeviceBusy):
+	case errors.As(err, &de) && !errors.Is(err, chunkstore.ErrDeviceBusy) && !errors.Is(err, chunkstore.ErrNoStore):
 		for _, d := range de.Devices {
-			if !slices.Contains(unusable, d.Pos) {
-				unusable = append(unusable, d.Pos)
+			if !slices.Contains(p.unusable, d.Pos) {
+				p.unusable = append(p.unusable, d.Pos)
 			}
 		}
-		if len(unusable) != 1 {
-			return 0, err
-		}
+		p.err = err
 	default:
-		return 0, err
+		return p, err
 	}
-	switch len(unusable) {
-	case 1:
-		return unusable[0], nil
-	case 0:
-		return 0, fmt.Errorf("repair: every device of the store (%s) is healthy: nothing to rebuild", strings.Join(l.dirs, ", "))
+	return p, nil
+}
+
+// replaced is the device NEWDIR replaces when neither --position nor its
+// path says: the one device the store cannot use.
+func (p storeProbe) replaced(device string) (int, error) {
+	switch {
+	case len(p.unusable) == 1:
+		return p.unusable[0], nil
+	case p.err != nil:
+		return 0, p.err
+	case len(p.unusable) == 0:
+		return 0, fmt.Errorf("repair: every device of the store (%s) is healthy: nothing to rebuild", strings.Join(p.dirs, ", "))
 	}
-	return 0, usageError("repair: devices %v cannot be used; say which one %s replaces with --position N (and rebuild the others after it)", unusable, device)
+	return 0, usageError("repair: devices %v cannot be used; say which one %s replaces with --position N (and rebuild the others after it)", p.unusable, device)
 }
 
 // sameDir reports whether a and b name the same directory: the same

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,7 +29,7 @@ func TestRepairFlags(t *testing.T) {
 		{"no data", []string{"--device", newDir}, "--data DIR is required"},
 		{"no device", []string{"--data", data}, "--device NEWDIR is required"},
 		{"bad ec", []string{"--data", data, "--device", newDir, "--ec", "four+two"}, "bad --ec"},
-		{"position past the end", []string{"--data", data, "--device", newDir, "--position", "6"}, "devices 0 to 5"},
+		{"position past the end", []string{"--data", data, "--device", newDir, "--ec", "4+2", "--position", "6"}, "devices 0 to 5"},
 		{"position past a given ec", []string{"--data", data, "--device", newDir, "--ec", "2+1", "--position", "3"}, "a 2+1 store has devices 0 to 2"},
 		{"negative position", []string{"--data", data, "--device", newDir, "--position", "-2"}, "bad --position -2"},
 		{"bad rate", []string{"--data", data, "--device", newDir, "--rate", "1.5MiB"}, "bad --rate"},
@@ -214,6 +215,72 @@ func TestRepairResumes(t *testing.T) {
 	assert.Equal(t, firstSum["rebuilt"], sum["skipped"], "the stripes done before the interrupt are not done again")
 	assert.EqualValues(t, testStripes, sum["rebuilt"]+sum["skipped"])
 	requireRebuilt(t, repairedDirs(data, 1, newDir), td)
+}
+
+// TestRepairTakesTheStoresGeometry: without --ec, repair --data finds a
+// 2+1 store's three devices, also when the last one is gone, and rebuilds
+// it; an --ec that is not the store's, or a --position past its last
+// device, is misuse (exit 2) and writes nothing.
+func TestRepairTakesTheStoresGeometry(t *testing.T) {
+	data := t.TempDir()
+	g := chunkstore.Geometry{Data: 2, Parity: 1}
+	dirs := chunkstore.DeviceDirs(data, g)
+	s, err := chunkstore.CreateDirs(dirs, chunkstore.WithGeometry(g), chunkstore.WithStripeUnit(storetest.Unit))
+	require.NoError(t, err)
+	v, err := s.CreateVolume("vol", 1<<20)
+	require.NoError(t, err)
+	want := storetest.RandBytes(rand.New(rand.NewPCG(15, 15)), 1<<20)
+	_, err = v.WriteAt(want, 0)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, os.RemoveAll(dirs[2]))
+	newDir := filepath.Join(t.TempDir(), "new")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ec", "4+2"}, "--ec 4+2: the store is 2+1"},
+		{[]string{"--ec", "2+2"}, "--ec 2+2: the store is 2+1"},
+		{[]string{"--position", "3"}, "bad --position 3: the store has devices 0 to 2"},
+	} {
+		res := run(append([]string{"repair", "--data", data, "--device", newDir}, tc.args...)...)
+		require.Error(t, res.err, "%v", tc.args)
+		assert.Equal(t, exitUsage, res.code(), "%v: %v", tc.args, res.err)
+		assert.Contains(t, res.err.Error(), tc.want, "%v", tc.args)
+		assert.NotContains(t, res.err.Error(), "\n", "one line")
+		assert.Empty(t, res.stdout, "%v", tc.args)
+		assert.NoDirExists(t, newDir, "%v: nothing is written", tc.args)
+	}
+	res := run("repair", "--data", data, "--device", newDir, "--ec", "4+2")
+	assert.ErrorIs(t, res.err, chunkstore.ErrGeometryMismatch, "the store's error is beneath")
+
+	// Device 2 is the one the store cannot use; --ec is left out.
+	res = run("repair", "--data", data, "--device", newDir)
+	require.NoError(t, res.err, "%s\n%s", res.stdout, res.stderr)
+	sum := res.summary(t, "repair:")
+	assert.EqualValues(t, 2, sum["device"])
+	assert.Positive(t, sum["rebuilt"])
+	assert.Zero(t, sum["unrecoverable"])
+	assert.EqualValues(t, 1, sum["complete"])
+
+	// In place, with the store's geometry given as it is.
+	require.NoError(t, os.Symlink(newDir, dirs[2]))
+	require.NoError(t, os.RemoveAll(dirs[0]))
+	res = run("repair", "--data", data, "--device", dirs[0], "--ec", "2+1")
+	require.NoError(t, res.err, "%s\n%s", res.stdout, res.stderr)
+	assert.EqualValues(t, 0, res.summary(t, "repair:")["device"])
+
+	s, err = chunkstore.OpenDirs(dirs)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	assert.False(t, s.Info().Degraded, "%+v", s.Info().Devices)
+	v, err = s.OpenVolume("vol")
+	require.NoError(t, err)
+	got := make([]byte, len(want))
+	_, err = v.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want, got), "the volume reads back as written")
 }
 
 func TestProgressDisplay(t *testing.T) {

@@ -115,6 +115,10 @@ func deviceDirsN(data string, n int) []string {
 // refusal of the wrong number of devices.
 var storeGeometry = regexp.MustCompile(`the store is (\d+\+\d+) on (\d+) devices`)
 
+// storeGeometryIs reads the store's geometry from Open's refusal of
+// another (ErrGeometryMismatch: "the store is K+M, K'+M' asked").
+var storeGeometryIs = regexp.MustCompile(`the store is (\d+\+\d+), `)
+
 // usageError is a bad flag: exit status 2, before anything is opened.
 func usageError(format string, args ...any) error {
 	return cli.Exit(fmt.Sprintf(format, args...), exitUsage)
@@ -174,6 +178,14 @@ func parseStoreLayout(c *cli.Context) (storeLayout, error) {
 // openStore opens the store on dirs, never creating one, and explains the
 // errors an operator can act on.
 func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
+	s, _, err := openStoreDirs(l, dirs)
+	return s, err
+}
+
+// openStoreDirs is openStore, and returns the directories it opened or
+// last tried: dirs, or with --data and no --ec, DATA/dev0 … for as many
+// devices as the store's identity records say it has.
+func openStoreDirs(l storeLayout, dirs []string) (*chunkstore.Store, []string, error) {
 	opts := []chunkstore.Option{chunkstore.WithLogger(slog.Default())}
 	if l.geoSet {
 		opts = append(opts, chunkstore.WithGeometry(l.geo))
@@ -188,10 +200,24 @@ func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
 		}
 	}
 	if err == nil {
-		return s, nil
+		return s, dirs, nil
 	}
+	return nil, dirs, explainOpenError(l, dirs, err)
+}
+
+// explainOpenError is the one line of a store that did not open.
+func explainOpenError(l storeLayout, dirs []string, err error) error {
 	if errors.Is(err, chunkstore.ErrFormatV1) {
-		return nil, formatV1Error(filepath.Dir(dirs[0]))
+		return formatV1Error(filepath.Dir(dirs[0]))
+	}
+	if l.geoSet && errors.Is(err, chunkstore.ErrGeometryMismatch) {
+		// Open read the devices' identity records and stopped: a bad
+		// flag, found against the store, with nothing opened or written.
+		why := storeError(err)
+		if m := storeGeometryIs.FindStringSubmatch(why); m != nil {
+			why = "the store is " + m[1]
+		}
+		return &misuseError{lineError{msg: fmt.Sprintf("--ec %s: %s; --ec must be the store's geometry (leave it out to take the store's own)", l.geo, why), err: err}}
 	}
 	var hint string
 	switch {
@@ -215,7 +241,7 @@ func openStore(l storeLayout, dirs []string) (*chunkstore.Store, error) {
 	if hint != "" {
 		msg += "; " + hint
 	}
-	return nil, &lineError{msg: msg, err: err}
+	return &lineError{msg: msg, err: err}
 }
 
 // reportDevices warns on w about every device the store cannot use and

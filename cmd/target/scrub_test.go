@@ -303,8 +303,9 @@ func TestScrubGeometryHint(t *testing.T) {
 	storetest.Make(t, data, testVolSize, 7)
 	res := run("scrub", "--data", data, "--ec", "2+1")
 	require.Error(t, res.err)
+	assert.Equal(t, exitUsage, res.code(), "an --ec that is not the store's is a bad flag")
 	assert.ErrorIs(t, res.err, chunkstore.ErrGeometryMismatch)
-	assert.Contains(t, res.err.Error(), "--ec must be the store's geometry")
+	assert.Equal(t, "--ec 2+1: the store is 4+2; --ec must be the store's geometry (leave it out to take the store's own)", res.err.Error())
 }
 
 func TestScrubStoreInUse(t *testing.T) {

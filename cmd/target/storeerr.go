@@ -116,3 +116,10 @@ type lineError struct {
 
 func (e *lineError) Error() string { return e.msg }
 func (e *lineError) Unwrap() error { return e.err }
+
+// misuseError is a lineError that is a bad flag found only against the
+// store (an --ec that is not its geometry): exit status 2, as usageError,
+// with the store's error beneath for errors.Is.
+type misuseError struct{ lineError }
+
+func (e *misuseError) ExitCode() int { return exitUsage }
