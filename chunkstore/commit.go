@@ -56,7 +56,7 @@ func (s *Store) autoCommit() {
 		s.lmu.Lock()
 		need := s.resvLimit-s.pops <= uint64(s.resvSize/2) || s.trimWanted || s.punchWanted ||
 			(s.opts.commit > 0 && s.alloc.waiting() >= s.opts.commit) ||
-			s.shortCold >= maxPrepare/2 ||
+			s.shortCold >= coldKick ||
 			(timed && (s.ckptNeeded || len(s.dirtySlots) > 0))
 		s.lmu.Unlock()
 		if !need {
@@ -234,7 +234,7 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 	}
 	if trim {
 		head = min(len(s.resv), resvHeadMin)
-		size = head + maxPrepare
+		size = head + trimPrepare
 	}
 	if len(s.resv) > head && (trim || short > 0 || s.alloc.freeBelow(s.resv[len(s.resv)-1])) {
 		for _, slot := range s.resv[head:] {
@@ -267,7 +267,7 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 	// idle time.
 	var prep []uint64
 	if short > 0 || trim {
-		n := min(len(s.resv)-fresh, 2*short+resvHeadMin, maxPrepare)
+		n := min(len(s.resv)-fresh, 8*short+resvHeadMin, maxPrepare)
 		if trim {
 			n = len(s.resv) - fresh
 		}

@@ -71,7 +71,7 @@ func TestIdleCompaction(t *testing.T) {
 	// flushes (trimKeep), and the stripes written since (the idle pass's
 	// last ones, sealed by the checkpoint).
 	alloc := allocatedShards(t, td)
-	limit := (st.SlotsUsed + resvHeadMin + maxPrepare + trimKeep) * s.slotSize * int64(g.Devices())
+	limit := (st.SlotsUsed + resvHeadMin + trimPrepare + trimKeep) * s.slotSize * int64(g.Devices())
 	require.LessOrEqual(t, alloc, limit, "allocated %d bytes for %d slots in use", alloc, st.SlotsUsed)
 	require.Positive(t, st.SlotsPunched)
 

@@ -182,8 +182,9 @@
 // over the heads (header region and first sector: all a one-sector
 // short stripe writes on a device) of the few of its new slots that
 // still have none (prepareSlots: the log cannot use them before the
-// checkpoint completes, and they hold nothing): a FUA load shares
-// flushes after its first few dozen writes.
+// checkpoint completes, and they hold nothing), eight for each cold
+// flush that kicked it, up to 256: a FUA load shares flushes after its
+// first few dozen writes, then for about four of five.
 // A FUA load that runs cold also gets the free slots that have blocks
 // reserved first, wherever they are, and a trim leaves the lowest 256
 // free slots their blocks (Stats.SharedFlushes and DeviceSyncs show how

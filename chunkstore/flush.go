@@ -328,8 +328,17 @@ func (s *Store) slotAllocatedLocked(slot uint64, n int) bool {
 // blocks: about 100 MiB of shard files at 4+2 with 64 KiB units.
 const trimKeep = 256
 
-// maxPrepare bounds the slots one checkpoint prepares (prepareSlots).
-const maxPrepare = 64
+// maxPrepare bounds the slots one checkpoint prepares (prepareSlots), and
+// coldKick is how many short stripes sealed into slots without blocks
+// kick a checkpoint: each checkpoint prepares eight for each of those,
+// so that a FUA load shares its disk's flushes for most of its writes.
+// After a trim the reservation is trimPrepare slots past its head, all
+// prepared, for the writes that end the idle time.
+const (
+	maxPrepare  = 256
+	coldKick    = 32
+	trimPrepare = 64
+)
 
 // prepareSlots gives slots' heads (slotHead) blocks on every device whose
 // shard file has no blocks for them yet, by writing zeros there, so that

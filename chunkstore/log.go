@@ -198,7 +198,7 @@ func (s *Store) sealOpenLocked() *logStripe {
 		// Flushes are writing short stripes into slots the shard files
 		// have no blocks for, an fdatasync per device each: a checkpoint
 		// gives the log allocated slots first (prepareSlots).
-		if s.shortCold++; s.shortCold == maxPrepare/2 {
+		if s.shortCold++; s.shortCold == coldKick {
 			s.kickCommit()
 		}
 	}
