@@ -24,9 +24,12 @@ func rpcCommand() *cli.Command {
 			"  nvmf_get_subsystems, nvmf_create_subsystem, nvmf_delete_subsystem, nvmf_subsystem_add_ns,\n" +
 			"  nvmf_subsystem_remove_ns, nvmf_subsystem_add_host, nvmf_subsystem_remove_host,\n" +
 			"  nvmf_subsystem_allow_any_host, nvmf_subsystem_add_listener, nvmf_subsystem_remove_listener,\n" +
-			"  nvmf_subsystem_get_controllers, nvmf_get_stats, save_config, bdev_malloc_create, bdev_aio_create;\n" +
+			"  nvmf_subsystem_get_controllers, nvmf_subsystem_get_listeners,\n" +
+			"  nvmf_subsystem_listener_set_ana_state, nvmf_get_stats, save_config, bdev_malloc_create,\n" +
+			"  bdev_aio_create;\n" +
 			"and capsule's own: volume_create, volume_list, volume_delete, fs_create, store_get_status,\n" +
-			"fs_get_status. `target rpc rpc_get_methods` lists them. Every change applies to the running\n" +
+			"fs_get_status, ana_set_state (nvmf_subsystem_listener_set_ana_state by another name).\n" +
+			"`target rpc rpc_get_methods` lists them. Every change applies to the running\n" +
 			"target at once and is written to DATA/" + stateFileName + ", which the next start begins from.\n" +
 			"A JSON-RPC error is printed in one line and exits 1.\n\n" +
 			"Examples:\n" +

@@ -47,7 +47,7 @@ var configMethods = map[string][]string{
 	SubsystemCapsule: {"volume_create", "fs_create"},
 	SubsystemBdev:    {"bdev_malloc_create", "bdev_aio_create"},
 	SubsystemNVMf: {"nvmf_create_subsystem", "nvmf_subsystem_add_listener", "nvmf_subsystem_add_host",
-		"nvmf_subsystem_allow_any_host", "nvmf_subsystem_add_ns"},
+		"nvmf_subsystem_allow_any_host", "nvmf_subsystem_add_ns", "nvmf_subsystem_listener_set_ana_state", "ana_set_state"},
 }
 
 // ParseConfig reads a config, strictly: unknown members are errors.

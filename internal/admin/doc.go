@@ -49,16 +49,33 @@
 // capsule volume, or another bdev; namespace.nsid is optional),
 // nvmf_subsystem_remove_ns, nvmf_subsystem_add_host,
 // nvmf_subsystem_remove_host, nvmf_subsystem_allow_any_host,
-// nvmf_subsystem_add_listener, nvmf_subsystem_remove_listener,
-// nvmf_subsystem_get_controllers, nvmf_get_stats, save_config,
+// nvmf_subsystem_add_listener (ana_state included),
+// nvmf_subsystem_remove_listener, nvmf_subsystem_get_controllers,
+// nvmf_subsystem_get_listeners (with each listener's ana_states),
+// nvmf_subsystem_listener_set_ana_state, nvmf_get_stats, save_config,
 // bdev_malloc_create, bdev_aio_create, framework_get_subsystems and
 // framework_get_config (what rpc.py's save_config calls), rpc_get_methods.
 // capsule's own: volume_create, volume_delete, volume_list, fs_create,
-// store_get_status, fs_get_status. Params are decoded strictly: an
-// unknown parameter is an error. SPDK parameters that ask for something
-// capsule does not have (ANA, TLS keys, passthrough, a tgt_name) are
-// refused when set, and taken when false or absent, which is what rpc.py
-// sends by default.
+// store_get_status, fs_get_status, and ana_set_state, which is
+// nvmf_subsystem_listener_set_ana_state by capsule's name (the same
+// params: nqn, listen_address, ana_state, an optional anagrpid; without
+// one, or with 0, every group). ana_state is SPDK's optimized,
+// non_optimized or inaccessible, or persistent_loss or change, which
+// SPDK's method does not take. The listener must be one of the
+// subsystem's. A namespace's group is nvmf_subsystem_add_ns's
+// namespace.anagrpid (the NSID's by default, as in SPDK);
+// nvmf_create_subsystem's ana_reporting is taken either way (capsule
+// always reports ANA). The states set are part of the model: save_config
+// writes them, after the subsystem's listeners and namespaces, as
+// nvmf_subsystem_listener_set_ana_state entries (a state for every group
+// replaces the listener's earlier ones, and Optimized for every group,
+// what a listener starts with, leaves none), so they persist in the
+// state file like every other change; removing a listener from a
+// subsystem forgets its states, as the target does. Params are decoded
+// strictly: an unknown parameter is an error. SPDK parameters that ask
+// for something capsule does not have (TLS keys, passthrough, a
+// tgt_name) are refused when set, and taken when false or absent, which
+// is what rpc.py sends by default.
 //
 // Every change goes the same way: its params are checked against a copy
 // of the model (the configuration as data: bdevs, subsystems with their

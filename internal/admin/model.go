@@ -39,8 +39,9 @@ type bdev struct {
 
 // nsModel is a namespace of a subsystem.
 type nsModel struct {
-	NSID uint32
-	Bdev string
+	NSID     uint32
+	Bdev     string
+	ANAGroup uint32 // as given; 0: the NSID's group
 }
 
 // subModel is an NVM subsystem.
@@ -48,9 +49,10 @@ type subModel struct {
 	NQN          string
 	SerialNumber string
 	AllowAnyHost bool
-	Hosts        []string  // sorted
-	Namespaces   []nsModel // by NSID
-	Listeners    []string  // the listener URLs that serve it, in order
+	Hosts        []string   // sorted
+	Namespaces   []nsModel  // by NSID
+	Listeners    []string   // the listener URLs that serve it, in order
+	ANA          []anaModel // ANA states set on its listeners, in order (ana.go)
 }
 
 // model is the whole configuration.
@@ -82,6 +84,7 @@ func (m *model) clone() *model {
 		x.Hosts = slices.Clone(s.Hosts)
 		x.Namespaces = slices.Clone(s.Namespaces)
 		x.Listeners = slices.Clone(s.Listeners)
+		x.ANA = slices.Clone(s.ANA)
 		c.Subs = append(c.Subs, &x)
 	}
 	return c
@@ -181,7 +184,10 @@ func (m *model) config() Config {
 		}
 		for _, n := range s.Namespaces {
 			nsid := n.NSID
-			c.Add(SubsystemNVMf, "nvmf_subsystem_add_ns", addNS{NQN: s.NQN, Namespace: addNSNamespace{BdevName: n.Bdev, NSID: &nsid}})
+			c.Add(SubsystemNVMf, "nvmf_subsystem_add_ns", addNS{NQN: s.NQN, Namespace: addNSNamespace{BdevName: n.Bdev, NSID: &nsid, AnaGrpID: int(n.ANAGroup)}})
+		}
+		for _, a := range s.ANA {
+			c.Add(SubsystemNVMf, "nvmf_subsystem_listener_set_ana_state", anaConfigEntry(s.NQN, a))
 		}
 	}
 	return c
@@ -203,20 +209,22 @@ type change interface {
 
 // changes are the methods that change the configuration.
 var changes = map[string]func() change{
-	"volume_create":                  func() change { return &volumeCreate{} },
-	"volume_delete":                  func() change { return &volumeDelete{} },
-	"fs_create":                      func() change { return &fsCreate{} },
-	"bdev_malloc_create":             func() change { return &bdevMallocCreate{} },
-	"bdev_aio_create":                func() change { return &bdevAIOCreate{} },
-	"nvmf_create_subsystem":          func() change { return &createSubsystem{} },
-	"nvmf_delete_subsystem":          func() change { return &deleteSubsystem{} },
-	"nvmf_subsystem_add_ns":          func() change { return &addNS{} },
-	"nvmf_subsystem_remove_ns":       func() change { return &removeNS{} },
-	"nvmf_subsystem_add_host":        func() change { return &hostChange{add: true} },
-	"nvmf_subsystem_remove_host":     func() change { return &hostChange{} },
-	"nvmf_subsystem_allow_any_host":  func() change { return &allowAnyHost{} },
-	"nvmf_subsystem_add_listener":    func() change { return &listenerChange{add: true} },
-	"nvmf_subsystem_remove_listener": func() change { return &listenerChange{} },
+	"volume_create":                         func() change { return &volumeCreate{} },
+	"volume_delete":                         func() change { return &volumeDelete{} },
+	"fs_create":                             func() change { return &fsCreate{} },
+	"bdev_malloc_create":                    func() change { return &bdevMallocCreate{} },
+	"bdev_aio_create":                       func() change { return &bdevAIOCreate{} },
+	"nvmf_create_subsystem":                 func() change { return &createSubsystem{} },
+	"nvmf_delete_subsystem":                 func() change { return &deleteSubsystem{} },
+	"nvmf_subsystem_add_ns":                 func() change { return &addNS{} },
+	"nvmf_subsystem_remove_ns":              func() change { return &removeNS{} },
+	"nvmf_subsystem_add_host":               func() change { return &hostChange{add: true} },
+	"nvmf_subsystem_remove_host":            func() change { return &hostChange{} },
+	"nvmf_subsystem_allow_any_host":         func() change { return &allowAnyHost{} },
+	"nvmf_subsystem_add_listener":           func() change { return &listenerChange{add: true} },
+	"nvmf_subsystem_remove_listener":        func() change { return &listenerChange{} },
+	"nvmf_subsystem_listener_set_ana_state": func() change { return &anaSetState{} },
+	"ana_set_state":                         func() change { return &anaSetState{} },
 }
 
 // decodeChange decodes the params of a change method.
@@ -362,7 +370,7 @@ type createSubsystem struct {
 	ModelNumber   string `json:"model_number,omitempty"`
 	AllowAnyHost  bool   `json:"allow_any_host"`
 	MaxNamespaces int    `json:"max_namespaces,omitempty"`
-	AnaReporting  bool   `json:"ana_reporting,omitempty"`
+	AnaReporting  bool   `json:"ana_reporting,omitempty"` // ANA is always reported: taken either way
 	MinCntlid     int    `json:"min_cntlid,omitempty"`
 	MaxCntlid     int    `json:"max_cntlid,omitempty"`
 	Passthrough   bool   `json:"passthrough,omitempty"`
@@ -387,8 +395,6 @@ func (c *createSubsystem) check(m *model, _ *Service) error {
 		return invalid("model_number is not supported: every controller reports capsule's")
 	case c.MaxNamespaces != 0 && c.MaxNamespaces != target.MaxNamespaces:
 		return invalid("max_namespaces %d is not supported: every subsystem has %d", c.MaxNamespaces, target.MaxNamespaces)
-	case c.AnaReporting:
-		return invalid("ana_reporting is not supported yet")
 	case c.MinCntlid > 1 || (c.MaxCntlid != 0 && c.MaxCntlid != int(nvmeof.MaxCNTLID)):
 		return invalid("min_cntlid and max_cntlid are not supported: CNTLIDs are 1 to %d", nvmeof.MaxCNTLID)
 	case c.Passthrough, c.EnableNSSR:
@@ -451,8 +457,10 @@ func (c *addNS) check(m *model, _ *Service) error {
 	}
 	ns := c.Namespace
 	switch {
-	case ns.PtplFile != "", ns.NGUID != "", ns.EUI64 != "", ns.UUID != "", ns.AnaGrpID != 0, ns.NoAutoVisible:
-		return invalid("namespace: only bdev_name and nsid are supported (identifiers derive from the subsystem and NSID)")
+	case ns.PtplFile != "", ns.NGUID != "", ns.EUI64 != "", ns.UUID != "", ns.NoAutoVisible:
+		return invalid("namespace: only bdev_name, nsid and anagrpid are supported (identifiers derive from the subsystem and NSID)")
+	case ns.AnaGrpID < 0 || ns.AnaGrpID > target.MaxANAGroups:
+		return invalid("namespace: anagrpid %d: want 1 to %d, or none for the NSID's group", ns.AnaGrpID, target.MaxANAGroups)
 	}
 	b := m.bdev(ns.BdevName)
 	if b == nil {
@@ -485,7 +493,7 @@ func (c *addNS) check(m *model, _ *Service) error {
 		return invalid("nsid %d is in use in %s", nsid, c.NQN)
 	}
 	c.Namespace.NSID = &nsid
-	s.Namespaces = append(s.Namespaces, nsModel{NSID: nsid, Bdev: ns.BdevName})
+	s.Namespaces = append(s.Namespaces, nsModel{NSID: nsid, Bdev: ns.BdevName, ANAGroup: uint32(ns.AnaGrpID)})
 	sort.Slice(s.Namespaces, func(i, j int) bool { return s.Namespaces[i].NSID < s.Namespaces[j].NSID })
 	return nil
 }
@@ -605,8 +613,16 @@ func (c *listenerChange) check(m *model, _ *Service) error {
 			return invalid("unable to find subsystem with NQN %s", c.NQN)
 		}
 	}
-	if c.SecureChannel || c.AnaState != "" || c.SockImpl != "" {
-		return invalid("secure_channel, ana_state and sock_impl are not supported")
+	if c.SecureChannel || c.SockImpl != "" {
+		return invalid("secure_channel and sock_impl are not supported")
+	}
+	if c.AnaState != "" {
+		if sub == nil || !c.add {
+			return invalid("ana_state is for a listener added to an NVM subsystem")
+		}
+		if _, err := ParseANAState(c.AnaState); err != nil {
+			return invalid("%v", err)
+		}
 	}
 	if c.ListenAddress == nil {
 		return invalid("listen_address is missing")
@@ -656,6 +672,7 @@ func (c *listenerChange) check(m *model, _ *Service) error {
 		return invalid("%s is not a listener of %s", u, c.NQN)
 	default:
 		sub.Listeners = slices.DeleteFunc(sub.Listeners, func(x string) bool { return x == u })
+		sub.forgetANA(u)
 	}
 	return nil
 }

@@ -297,6 +297,7 @@ func (sv *Service) Register(srv *Server) {
 	}
 	srv.Register("nvmf_get_subsystems", sv.getSubsystems)
 	srv.Register("nvmf_subsystem_get_controllers", sv.getControllers)
+	srv.Register("nvmf_subsystem_get_listeners", sv.getListeners)
 	srv.Register("nvmf_get_stats", sv.getStats)
 	srv.Register("save_config", func(context.Context, json.RawMessage) (any, error) { return sv.Config(), nil })
 	srv.Register("framework_get_subsystems", func(context.Context, json.RawMessage) (any, error) {
@@ -447,7 +448,7 @@ func (c *deleteSubsystem) apply(sv *Service, _ *model) (any, error) {
 func (c *addNS) apply(sv *Service, m *model) (any, error) {
 	sub := sv.opts.Target.Subsystem(c.NQN)
 	b := m.bdev(c.Namespace.BdevName)
-	cfg := target.NamespaceConfig{NSID: *c.Namespace.NSID, BlockSize: b.BlockSize}
+	cfg := target.NamespaceConfig{NSID: *c.Namespace.NSID, BlockSize: b.BlockSize, ANAGroupID: uint32(c.Namespace.AnaGrpID)}
 	if sv.opts.DataDir != "" {
 		if sv.res == nil {
 			if err := os.MkdirAll(sv.opts.DataDir, 0o755); err != nil {
@@ -530,10 +531,17 @@ func (c *listenerChange) apply(sv *Service, m *model) (any, error) {
 	if c.NQN == nvmeof.DiscoveryNQN {
 		return true, nil
 	}
-	if c.add {
-		t.Subsystem(c.NQN).AllowListener(c.url)
-	} else {
+	if !c.add {
 		t.Subsystem(c.NQN).DisallowListener(c.url)
+		return true, nil
+	}
+	t.Subsystem(c.NQN).AllowListener(c.url)
+	if c.AnaState != "" {
+		st, _ := ParseANAState(c.AnaState) // checked
+		if err := t.Subsystem(c.NQN).SetANAState(c.url, 0, st); err != nil {
+			return nil, invalid("%v", err)
+		}
+		m.sub(c.NQN).setANA(anaModel{Listener: c.url, State: st})
 	}
 	return true, nil
 }
