@@ -56,7 +56,7 @@ unit:
 # The zero-allocation checks (R8) skip under the race detector, which
 # allocates on its own: run them once more without it.
 allocs:
-	$(GO) test -count=1 -run 'Alloc' ./rdma/... ./nvmeof/... ./nbd/... ./cmd/fio-capsule
+	$(GO) test -count=1 -run 'Alloc' ./rdma/... ./nvmeof/... ./cmd/fio-capsule
 
 test: deps vet fmtcheck fio-engine unit allocs build
 

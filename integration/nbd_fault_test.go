@@ -19,9 +19,9 @@ import (
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/internal/prereq"
 	"github.com/capsule-storage/capsule/internal/storetest"
-	"github.com/capsule-storage/capsule/nbd"
-	"github.com/capsule-storage/capsule/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/nvmeof/host"
+	"github.com/capsule-storage/capsule/nvmeof/nbd"
+	"github.com/capsule-storage/capsule/nvmeof/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/rdma/fault"
 )
 

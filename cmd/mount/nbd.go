@@ -12,9 +12,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/capsule-storage/capsule/internal/cliexit"
-	"github.com/capsule-storage/capsule/nbd"
-	"github.com/capsule-storage/capsule/nbd/nsdevice"
 	"github.com/capsule-storage/capsule/nvmeof/host"
+	"github.com/capsule-storage/capsule/nvmeof/nbd"
+	"github.com/capsule-storage/capsule/nvmeof/nbd/nsdevice"
 	_ "github.com/capsule-storage/capsule/rdma/providers" // iwarp://, shm://, rdma://
 )
 

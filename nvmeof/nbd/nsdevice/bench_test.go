@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/capsule-storage/capsule/nbd"
+	"github.com/capsule-storage/capsule/nvmeof/nbd"
 )
 
 // BenchmarkBridge runs 4 KiB random reads and writes at QD32, and 1 MiB

@@ -18,7 +18,7 @@ import (
 // survive an encode and a second decode unchanged. go test runs the
 // seeds; run one longer with, for example,
 //
-//	go test -run '^$' -fuzz '^FuzzRequest$' -fuzztime 1m ./nbd/
+//	go test -run '^$' -fuzz '^FuzzRequest$' -fuzztime 1m ./nvmeof/nbd/
 
 func requireTyped(t *testing.T, err error) {
 	t.Helper()

@@ -94,14 +94,16 @@
 //
 // # Where it lives
 //
-// The package is a protocol of its own beside rdma and nvmeof: it knows
-// nothing of NVMe-oF, uses only the standard library, and serves its own
-// asynchronous Device (Submit and Op.Complete), not a blockdev.Device. So
-// it is a top-level package, where any program that wants to export a
-// block device over NBD can import it, and not under nvmeof/blockdev,
-// whose packages are block devices. Subpackage nsdevice is the one bridge
-// to NVMe-oF: it serves a namespace of the Go host library (nvmeof/host)
-// as an NBD Device.
+// The package is a protocol of its own: it knows nothing of NVMe-oF,
+// uses only the standard library, and serves its own asynchronous
+// Device (Submit and Op.Complete), not a blockdev.Device, so any program
+// that wants to export a block device over NBD can import it. It sits
+// under nvmeof, the block service's tree, because what capsule exports
+// through it is a block namespace, and the project keeps its top level
+// to the packages of its design (rdma, nvmeof, chunkstore, fs); not under
+// nvmeof/blockdev, whose packages are block devices. Subpackage nsdevice
+// is the one bridge to NVMe-oF: it serves a namespace of the Go host
+// library (nvmeof/host) as an NBD Device.
 //
 // # Library
 //

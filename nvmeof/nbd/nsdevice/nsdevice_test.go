@@ -19,10 +19,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/capsule-storage/capsule/nbd"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 	"github.com/capsule-storage/capsule/nvmeof/host"
+	"github.com/capsule-storage/capsule/nvmeof/nbd"
 	"github.com/capsule-storage/capsule/nvmeof/target"
 	"github.com/capsule-storage/capsule/rdma/fault"
 	_ "github.com/capsule-storage/capsule/rdma/providers"

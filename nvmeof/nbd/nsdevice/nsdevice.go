@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/capsule-storage/capsule/nbd"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/host"
+	"github.com/capsule-storage/capsule/nvmeof/nbd"
 )
 
 // The host settings a bridge dials with (DialOptions). NBD connection i
