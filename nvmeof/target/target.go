@@ -138,7 +138,7 @@ func (t *Target) lookupSubsystem(nqn string) *Subsystem {
 // subsystem is reachable through every listener. tcp://HOST:PORT serves
 // NVMe/TCP (4420 is the usual I/O port, 8009 the discovery port;
 // WithListenerWrapper wraps these listeners). The other
-// schemes are those of package rdma (iwarp://, shm://, rdma://, fault+…);
+// schemes are those of package rdma (iwarp://, shm://, rdma://; fault+… where a test links rdma/fault);
 // the program must link the providers in (import rdma/providers).
 func (t *Target) Listen(ctx context.Context, url string) (string, error) {
 	t.mu.Lock()
