@@ -18,12 +18,12 @@ func namespaceOf(r *request) (*Namespace, nvmeof.Status) {
 	if ns == nil {
 		return nil, r.fail(nvmeof.StatusInvalidNamespaceOrFormat.WithDNR(), nvmeof.CommandOffsetNSID)
 	}
+	r.ns = ns // counted, as every refusal of a command on a namespace
 	if st := r.q.ctrl.ana.state(ns.anaGroup); !st.Usable() {
 		// Not through this path (ana.go): a Path Related Status without
 		// DNR, which tells the host to try another controller.
 		return nil, r.fail(st.Status(), nvmeof.CommandOffsetNSID)
 	}
-	r.ns = ns
 	return ns, nvmeof.StatusSuccess
 }
 
