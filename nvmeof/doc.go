@@ -196,6 +196,9 @@
 //	        handshakes, Keep Alive Timer expiry
 //	  Admin commands: Identify, Get Log Page, Features, target/admin.go
 //	        Async Event Request, Abort, Keep Alive
+//	  ANA groups, states per listener, the ANA log     target/ana.go
+//	        page, ANA Change events, Path Related
+//	        Status on I/O
 //	  NVM commands: Read, Write (FUA), Flush, Write     target/nvm.go
 //	        Zeroes, Dataset Management deallocate
 //	  Command dispatch, the "I/O before CC.EN" rule    target/dispatch.go
@@ -216,6 +219,10 @@
 //	  Controller initialisation (Connect, CAP, CC.EN,   host/controller.go
 //	        CSTS.RDY, Identify checks, Number of
 //	        Queues), Keep Alive, reconnect
+//	  ANA log page reads, ANA states, ANA Change        host/ana.go,
+//	        events; multipath over several controllers  host/multipath.go
+//	        (path choice by ANA state, failover on
+//	        Path Related Status or a lost path)
 //	  Discovery                                         host/discover.go
 //	  Admin commands                                    host/admin.go
 //	  I/O queues (slots, requests, failure handling)    host/queue.go

@@ -97,6 +97,11 @@ type Controller struct {
 	failedOnLoss atomic.Uint64
 	keepAlives   atomic.Uint64
 
+	// anaReads counts the ANA log pages read (ana.go); anaRefreshing is
+	// set while a background read runs.
+	anaReads      atomic.Uint64
+	anaRefreshing atomic.Bool
+
 	// Keep-alive state, the timer goroutine's (kaBusy is also cleared by
 	// the callback).
 	kaReq   *Request
@@ -143,6 +148,10 @@ type association struct {
 	maxTransfer int  // bytes per command
 	icd         int  // in-capsule data bytes per command
 	events      bool // Asynchronous Event Configuration was set: run eventLoop
+	// anaSize is the size of the ANA log page the host reads, 0 when the
+	// controller does not report ANA; ana is the page last read.
+	anaSize int
+	ana     atomic.Pointer[anaTable]
 }
 
 // close tears down every queue; requests in flight go to the controller.
@@ -313,6 +322,16 @@ func (c *Controller) connect(ctx context.Context) (a *association, err error) {
 	if c.discovery {
 		return a, nil
 	}
+	if a.anaSize = anaLogSize(&a.id); a.anaSize > 0 {
+		// Before any I/O, as Linux reads it: which paths serve which
+		// namespaces.
+		if _, err = c.readANA(ctx, a); err != nil {
+			return a, err
+		}
+	} else if a.id.CMIC&nvmeof.CMICANA != 0 {
+		c.log.Warn("nvmeof/host: the controller's ANA log page would be too large; ANA ignored",
+			"nanagrpid", a.id.NANAGRPID, "mnan", a.id.MNAN)
+	}
 
 	nq, err := nvmeof.NewNumberOfQueues(c.cfg.queues, c.cfg.queues)
 	if err != nil {
@@ -323,11 +342,18 @@ func (c *Controller) connect(ctx context.Context) (a *association, err error) {
 		return a, err
 	}
 	if c.cfg.onEvent != nil {
-		if a.id.OAES&uint32(nvmeof.AECNamespaceAttribute) == 0 {
+		want := nvmeof.AECNamespaceAttribute
+		if a.anaSize > 0 {
+			want |= nvmeof.AECANAChange
+		}
+		aec := nvmeof.AsyncEventConfig(a.id.OAES) & want
+		if aec&nvmeof.AECNamespaceAttribute == 0 {
 			c.log.Warn("nvmeof/host: the controller sends no Namespace Attribute Changed events (OAES)")
-		} else if _, err := a.admin.setFeatures(ctx, nvmeof.FeatureAsyncEventConfig, uint32(nvmeof.AECNamespaceAttribute)); err != nil {
-			return a, err
-		} else {
+		}
+		if aec != 0 {
+			if _, err := a.admin.setFeatures(ctx, nvmeof.FeatureAsyncEventConfig, uint32(aec)); err != nil {
+				return a, err
+			}
 			a.events = true
 		}
 	}
@@ -509,6 +535,13 @@ func (c *Controller) start(r *Request) error {
 			c.mu.Unlock()
 			continue
 		case StateConnecting:
+			if r.FailFast {
+				// It does not wait for the reconnect (a Multipath sends
+				// it on another path).
+				err := fmt.Errorf("nvmeof/host: controller reconnecting: %w", lostError(c.lastLoss))
+				c.mu.Unlock()
+				return err
+			}
 			c.inflight.Add(1)
 			c.parkLocked(r)
 			c.mu.Unlock()
@@ -538,9 +571,13 @@ func (c *Controller) park(r *Request, from *queue) {
 		}
 		c.parkLocked(r)
 	case StateConnecting:
-		c.parkLocked(r)
+		if !r.FailFast {
+			c.parkLocked(r)
+			break
+		}
+		fallthrough
 	default:
-		err := c.lossErrorLocked(nil)
+		err := c.lossErrorLocked(c.lastLoss)
 		c.mu.Unlock()
 		c.failedOnLoss.Add(1)
 		// Never call Done on the goroutine of a Submit that may be
@@ -658,6 +695,7 @@ func (c *Controller) lostLocked(cause error) {
 		c.state = StateDead
 		c.deadErr = lostError(cause)
 		c.background.Go(old.close)
+		c.pathChanged()
 		return
 	}
 	c.log.Warn("nvmeof/host: controller lost; reconnecting", "err", cause, "ctrl_loss_tmo", c.cfg.ctrlLoss)
@@ -665,6 +703,30 @@ func (c *Controller) lostLocked(cause error) {
 	done := make(chan struct{})
 	c.recovered = done
 	go c.recover(old, cause, done)
+	// Requests that a stopping queue handed back before the loss was
+	// declared wait for the reconnect, but those that asked to fail fast.
+	var keep, fast []*Request
+	for _, r := range c.takeParkedLocked() {
+		if r.FailFast {
+			fast = append(fast, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	for _, r := range keep {
+		c.parkLocked(r)
+	}
+	if len(fast) > 0 {
+		err := lostError(cause)
+		c.failedOnLoss.Add(uint64(len(fast)))
+		go func() { // c.mu is held, and a Submit may be on the stack
+			for _, r := range fast {
+				r.failRest(err)
+				r.finish()
+			}
+		}()
+	}
+	c.pathChanged()
 }
 
 // recover closes the lost association (its requests are parked) and
@@ -768,6 +830,7 @@ func (c *Controller) goLive(a *association) bool {
 	parked := c.takeParkedLocked()
 	c.mu.Unlock()
 	c.startEvents(a)
+	c.pathChanged()
 	c.log.Info("nvmeof/host: reconnected", "cntlid", a.cntlid, "resubmitting", len(parked))
 	for _, r := range parked {
 		if r.ns != nil && r.ns.changed.Load() {
@@ -797,6 +860,7 @@ func (c *Controller) die(cause error) {
 	err := c.deadErr
 	c.mu.Unlock()
 	c.log.Error("nvmeof/host: giving up on the controller", "err", cause)
+	c.pathChanged()
 	c.failedOnLoss.Add(uint64(len(parked)))
 	for _, r := range parked {
 		r.failRest(err)

@@ -10,6 +10,12 @@
 //	ns, err := c.Namespace(1)
 //	n, err := ns.ReadAt(buf, off)
 //
+//	// One subsystem through two listeners: I/O follows ANA.
+//	m, err := host.DialMultipath(ctx, []string{"tcp://10.0.0.1:4420", "tcp://10.0.0.2:4420"}, host.WithSubsystem(nqn))
+//	defer m.Close()
+//	mns, err := m.Namespace(1)
+//	n, err = mns.WriteAt(buf, off)
+//
 // The package links the software RDMA providers in (providers.go:
 // iwarp://, shm://, and rdma://, which is the cgo verbs provider when
 // built with -tags rdma), so a program needs no import beyond this one;
@@ -112,7 +118,9 @@
 //     in the capsule when the controller takes in-capsule data.
 //
 // Without WithSubsystem, Dial first reads the discovery log at the same
-// address and connects to the first NVM subsystem listed there.
+// address and connects to the first NVM subsystem listed there. For a
+// controller that reports ANA, the ANA log page is read between steps 3
+// and 4 (see ANA and multipath).
 //
 // # Commands and data
 //
@@ -162,6 +170,51 @@
 // commands, one command each, as the host identifier of WithHostID; a
 // refusal is a *CommandError with Reservation Conflict, and so is a read
 // or write the namespace's reservation does not allow this host.
+//
+// # ANA and multipath
+//
+// A controller that reports Asymmetric Namespace Access (CMIC bit 3)
+// has its ANA log page (0Ch) read when each association is set up
+// (before the I/O queues, as Linux reads it: 16 + NANAGRPID*32 + MNAN*4
+// bytes, at most 1 MiB, else ANA is ignored), again on each ANA Change
+// notice when events are on (AsyncEvent.ANA is the page read, which
+// clears the event), and in the background when a command fails with a
+// Path Related Status (SCT 3h) (ana.go). Controller.ANAState answers
+// from the last page read; Controller.ANALog reads it now. A Namespace
+// of one Controller does not fail over: its I/O to an Inaccessible,
+// Persistent Loss or Change group fails with the *CommandError carrying
+// that status.
+//
+// DialMultipath (multipath.go) connects to one subsystem through several
+// addresses, a Controller per address (a path) with the same options,
+// so one host NQN and host ID; without WithSubsystem, the first NVM
+// subsystem of the first address's discovery log. It fails only when no
+// address connects; the others are dialed again in the background with
+// the reconnect backoff, and so is a path whose controller gives up
+// (the controller-loss timeout, a refusal) until Close: a path belongs to
+// the Multipath for its life. Its paths have Asynchronous Events on (ANA
+// Change notices reach the host at once; WithAsyncEvents' function, if
+// given, still gets every path's events) and run every request
+// FailFast, so that a lost path hands its requests back at once instead
+// of parking them behind a reconnect.
+//
+// A MultipathNamespace has Namespace's methods and contract. Each
+// request goes to a path whose controller is live and reports the
+// namespace Optimized, else Non-Optimized; among equals, the path in use
+// is kept (CurrentPath), as Linux's default policy keeps it. A request
+// that a path answers with a Path Related Status is sent again on
+// another path, and that path is not used until its ANA log page has
+// been read again; so is a request that was in flight when its path was
+// lost, or that a reconnecting path refused. Sending a request again is
+// safe for the reasons a reconnect resubmits (see below): every command
+// is idempotent, and writes in flight together have no order. With no
+// usable path a request waits for one, checked on every change a path
+// reports and every 50 ms, for up to the controller-loss timeout, then
+// fails with ErrNoPath, which names each path's state and wraps the last
+// path's error; with FailFast it fails so at once. A path's namespace is
+// identified when the path is first usable; one whose size, block size
+// or NGUID differs from the first path's is not used. The I/O path
+// allocates nothing more than a Namespace's (TestMultipathNoAllocationsPerIO).
 //
 // # Vendor-specific commands
 //
@@ -235,7 +288,9 @@
 //     interrupted ranges first. When the host gives up, they fail with
 //     ErrControllerLost wrapping the cause, and so does everything
 //     submitted later (StateDead). Requests with FailFast, and those in
-//     flight during more than WithMaxRetries losses, fail at the loss.
+//     flight during more than WithMaxRetries losses, fail at the loss; a
+//     FailFast request submitted while the host reconnects is refused by
+//     Submit.
 //
 // Why resubmitting is safe. Every command this package issues on an I/O
 // queue is idempotent: running it twice leaves the namespace as running it
@@ -281,7 +336,12 @@
 //
 // Locks: queue.mu guards a queue's free lists, pending list and the
 // requests it holds; Controller.mu guards the state, the association and
-// the parked requests. The two are never held together: queues call into
+// the parked requests; Multipath.mu its namespaces and the requests
+// waiting for a path, and is never held while submitting to a path or
+// calling a Controller. A Multipath has one goroutine that identifies
+// namespaces on paths and sends waiting requests, and one per path being
+// dialed; a request that fails on a path is sent to the next from the
+// Done of the first, on the first path's queue goroutine. The two are never held together: queues call into
 // the Controller, and the Controller into queues, without holding their
 // own lock. A Request is guarded by the lock of whichever list or queue
 // holds it.
@@ -307,11 +367,13 @@
 //   - Flush is sent even when the controller reports no volatile write
 //     cache; such a controller completes it at once.
 //   - Asynchronous Event Requests are sent only with WithAsyncEvents
-//     (events.go): then one is kept outstanding on the admin queue, a
-//     Namespace Attribute Changed notice is cleared by reading the
-//     Changed Namespace List, the namespaces it names are identified
-//     again (a handle whose namespace is gone or changed fails with
-//     ErrNamespaceChanged), and the caller's function gets the NSIDs.
+//     (events.go) or on a Multipath's paths: then one is kept outstanding
+//     on the admin queue, a Namespace Attribute Changed notice is cleared
+//     by reading the Changed Namespace List, the namespaces it names are
+//     identified again (a handle whose namespace is gone or changed fails
+//     with ErrNamespaceChanged), and the caller's function gets the NSIDs;
+//     an ANA Change notice is cleared by reading the ANA log page, which
+//     the function gets too.
 //     Without it, a namespace that changes size while connected is
 //     noticed only at a reconnect. Discovery controllers ask for no
 //     events.

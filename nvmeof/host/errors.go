@@ -57,6 +57,12 @@ var (
 	// different size or format; its requests fail rather than land at the
 	// wrong place.
 	ErrNamespaceChanged = errors.New("nvmeof/host: namespace changed across a reconnect")
+	// ErrNoPath: a Multipath request found no usable path (every
+	// controller lost, or the namespace Inaccessible, in Persistent Loss
+	// or in Change through every one) for the controller-loss timeout,
+	// or at once with FailFast; the error wraps the last path's. Also
+	// Multipath.Namespace with no path up.
+	ErrNoPath = errors.New("nvmeof/host: no usable path to the namespace")
 )
 
 // Errors of a request.

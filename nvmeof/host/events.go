@@ -17,6 +17,9 @@ type AsyncEvent struct {
 	// Nil when the list overflowed (more than 1024 changed: look at all
 	// of them).
 	ChangedNamespaces []uint32
+	// ANA, for an ANA Change notice, is the ANA log page read to clear
+	// the event; Controller.ANAState answers from it from now on.
+	ANA *nvmeof.ANALog
 	// Err is set when the log page could not be read.
 	Err error
 }
@@ -45,8 +48,13 @@ func (c *Controller) eventLoop(a *association) {
 			return // the association is gone, or Close
 		}
 		ev := AsyncEvent{AsyncEvent: nvmeof.ParseAsyncEvent(cqe.DW0)}
-		if ev.Type == nvmeof.AsyncEventNotice && ev.LogPage == nvmeof.LogChangedNamespaceList {
+		switch {
+		case ev.Type == nvmeof.AsyncEventNotice && ev.LogPage == nvmeof.LogChangedNamespaceList:
 			ev.ChangedNamespaces, ev.Err = c.namespacesChanged(a)
+		case ev.Type == nvmeof.AsyncEventNotice && ev.LogPage == nvmeof.LogANA && a.anaSize > 0:
+			ctx, cancel := context.WithTimeout(c.ctx, adminTimeout)
+			ev.ANA, ev.Err = c.readANA(ctx, a)
+			cancel()
 		}
 		c.log.Debug("nvmeof/host: asynchronous event", "event", ev.String(), "changed", ev.ChangedNamespaces)
 		c.cfg.onEvent(ev)

@@ -67,7 +67,10 @@ type config struct {
 	tcpDigest      nvmeof.TCPDigestTypes
 	logger         *slog.Logger
 	onEvent        func(AsyncEvent)
-	errs           []error
+	// pathChanged, set by DialMultipath, is called (without blocking)
+	// when the controller's ANA states or its state may have changed.
+	pathChanged func()
+	errs        []error
 }
 
 // WithSubsystem names the NVM subsystem to connect to. Without it Dial

@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/rdma"
@@ -80,7 +81,9 @@ type Request struct {
 	FUA bool
 	// FailFast makes the request fail with ErrControllerLost as soon as
 	// the connection is lost, rather than wait for a reconnect and be
-	// resubmitted.
+	// resubmitted; Submit fails it at once while the controller
+	// reconnects. On a MultipathNamespace it means: do not wait for a
+	// usable path (ErrNoPath at once when there is none).
 	FailFast bool
 	// Done, if set, is called once the request has completed, on one of
 	// the host's queue goroutines. It must not block for long: the queue
@@ -122,6 +125,20 @@ type Request struct {
 	wake        chan struct{}
 	raw         *rawCommand
 	pt          *Passthru
+
+	// Multipath (multipath.go): the namespace r was submitted to, the
+	// caller's Done and FailFast while the multipath's own are set, the
+	// sends in this round, when it began waiting for a path, the last
+	// path's error, the next request waiting. mpBusy is set from the
+	// multipath's Submit to its completion.
+	mp         *MultipathNamespace
+	mpDone     func(*Request)
+	mpFailFast bool
+	mpTries    int
+	mpSince    time.Time
+	mpErr      error
+	mpNext     *Request
+	mpBusy     atomic.Bool
 }
 
 // Request states.
