@@ -608,3 +608,24 @@ func TestNoSpaceCompacts(t *testing.T) {
 	require.True(t, bytes.Equal(want, got))
 	requireClean(t, s)
 }
+
+// TestTooManyDevicesLostShortFUA: a one-sector FUA write after M+1
+// devices vanished writes a short stripe whose zero shards may sit on
+// vanished devices; the flush still probes every device, so the write
+// fails, and so does a Sync after it.
+func TestTooManyDevicesLostShortFUA(t *testing.T) {
+	g := DefaultGeometry
+	td := newTestDevices(t, g.Devices())
+	s := mustCreate(t, td, testOpts(g, 4096)...)
+	v, err := s.CreateVolume("vol", 1<<20)
+	require.NoError(t, err)
+	_, err = v.WriteAtFlags(make([]byte, 64<<10), 0, FUA)
+	require.NoError(t, err)
+	for pos := range g.Parity + 1 {
+		td.mem[pos].Vanish()
+	}
+	_, err = v.WriteAtFlags(make([]byte, SectorSize), 32*SectorSize, FUA)
+	require.Error(t, err)
+	assert.True(t, IsUnavailable(err), "write error %v", err)
+	assert.Error(t, s.Sync())
+}

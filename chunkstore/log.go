@@ -481,21 +481,16 @@ func (s *Store) syncDevicesLocked() error {
 	}
 	syncFiles(tasks, &s.stats)
 	failed := make([]error, s.n)
-	var flushed uint64
 	for _, t := range tasks {
 		failed[t.d.pos] = t.err
-		flushed |= 1 << t.d.pos
 	}
 	// One after the other: a stat each, which a flush should not hand
-	// to six goroutines, and only for the devices it synced: one that
-	// holds nothing since its last sync has nothing this flush could
-	// lose, and the first flush that writes it finds it gone.
+	// to six goroutines. Every writable device, not only those synced: a
+	// flush after devices went away must fail when too few are left,
+	// even if the stripe it wrote had zero shards on them.
 	synced := s.forWritableSeq(func(d *device, f *devFiles) error {
 		if err := failed[d.pos]; err != nil {
 			return err
-		}
-		if flushed&(1<<d.pos) == 0 {
-			return nil
 		}
 		// A device whose directory is gone still syncs its open file.
 		_, err := f.fs.Stat(identityFile)
