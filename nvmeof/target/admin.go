@@ -279,9 +279,15 @@ func executeGetLogPage(r *request) nvmeof.Status {
 	case nvmeof.LogDiscovery:
 		page = ctrl.t.discoveryLogPage(ctrl.hostNQN)
 	case nvmeof.LogANA:
-		// Its size is what it holds: an offset past it is refused by
-		// CopyLogPage below (the event is unmasked even then).
+		// What it holds, padded with zeros to the largest page Identify
+		// Controller allows (NANAGRPID, MNAN): a host reads that size,
+		// in transfers of at most MDTS, as Linux does. An offset past it
+		// is refused by CopyLogPage below (the event is unmasked even
+		// then).
 		page = ctrl.anaLogPage(c.ANAReturnGroupsOnly(), c.RAE())
+		if m := int(nvmeof.MaxANALogSize(MaxANAGroups, MaxNamespaces)); len(page) < m {
+			page = append(page, make([]byte, m-len(page))...)
+		}
 	default:
 		if offset%4 != 0 || offset > uint64(size) {
 			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW12)

@@ -173,10 +173,14 @@ func TestANAEventMasked(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []uint32{1}, l.Groups[0].NSIDs)
 
-	// An offset past the page is refused; at its end, zeros.
-	requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), admin.do(admin.getLogPageCmd(nvmeof.LogANA, 0, 4096, 4), nil))
+	// Past what the page holds, zeros up to the largest page Identify
+	// allows (a host with a small MDTS reads it in pieces); past that,
+	// refused.
 	size := uint64(nvmeof.ANALogHeaderSize + nvmeof.ANAGroupDescriptorSize + 4)
 	assert.Equal(t, make([]byte, 8), admin.getLogPage(nvmeof.LogANA, 0, size, 8))
+	assert.Equal(t, make([]byte, 4), admin.getLogPage(nvmeof.LogANA, 0, 4096, 4))
+	maxSize := nvmeof.MaxANALogSize(MaxANAGroups, MaxNamespaces)
+	requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), admin.do(admin.getLogPageCmd(nvmeof.LogANA, 0, maxSize+4, 4), nil))
 	// The discovery controller has no ANA log page.
 	disc := adminQueue(t, tt.url, nvmeof.DiscoveryNQN, 0)
 	requireStatus(t, nvmeof.StatusInvalidLogPage.WithDNR(), disc.do(disc.getLogPageCmd(nvmeof.LogANA, 0, 0, 4096), nil))

@@ -323,8 +323,9 @@
 //	Set Features with SV                      Feature Not Saveable       not checked               Feature Not Saveable
 //	Get Log Page 0Ch: LSP bits but RGO; RAE   ignored; RAE keeps the     ignored; RAE keeps the    ignored; RAE keeps the
 //	                                          event masked               event masked              event masked
-//	Get Log Page 0Ch offset past the page     Invalid Field (at its end: offset not read: the      Invalid Field (at its
-//	                                          zeros)                     page from its start       end too)
+//	Get Log Page 0Ch offset past the page     zeros up to the largest    offset not read: the      Invalid Field (at its
+//	                                          page (NANAGRPID, MNAN),    page from its start       end too)
+//	                                          Invalid Field past it
 //	I/O to a group Inaccessible, Persistent   the state's Path Related   the same (no DNR)         the same (no DNR)
 //	  Loss or Change through the listener       Status, no DNR
 //	a fifth AER held                          AER Limit Exceeded         AER Limit Exceeded        AER Limit Exceeded
