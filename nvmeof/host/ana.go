@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/capsule-storage/capsule/nvmeof"
 )
@@ -26,6 +27,9 @@ type anaTable struct {
 	log    nvmeof.ANALog
 	byNSID map[uint32]nvmeof.ANAState
 	group  map[uint32]uint32 // ANAGRPID by NSID
+	// missed is set when a namespace the page does not name was asked
+	// for: the page is read again once (a namespace added since).
+	missed atomic.Bool
 }
 
 func newANATable(l nvmeof.ANALog) *anaTable {
@@ -94,8 +98,11 @@ func (c *Controller) refreshANA() {
 // ANAState returns the ANA state of namespace nsid through this
 // controller, as the last ANA log page read says, and whether the
 // controller reports ANA at all. A controller that does not (or is not
-// live) answers Optimized and false; a namespace the page does not name
-// is Inaccessible.
+// live) answers Optimized and false. A namespace the page does not name
+// is Inaccessible, and the page is read again in the background (once
+// per page: the namespace may have been added since, which the
+// controller tells with a Namespace Attribute Changed notice, not an ANA
+// one), as Linux reads it again for a namespace in no group it knows.
 func (c *Controller) ANAState(nsid uint32) (nvmeof.ANAState, bool) {
 	a := c.live.Load()
 	if a == nil || a.anaSize == 0 {
@@ -107,6 +114,9 @@ func (c *Controller) ANAState(nsid uint32) (nvmeof.ANAState, bool) {
 	}
 	if s, ok := t.byNSID[nsid]; ok {
 		return s, true
+	}
+	if t.missed.CompareAndSwap(false, true) {
+		c.refreshANA()
 	}
 	return nvmeof.ANAInaccessible, true
 }

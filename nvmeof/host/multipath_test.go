@@ -429,3 +429,27 @@ func TestMultipathNoAllocationsPerIO(t *testing.T) {
 		require.Zero(t, allocs, "%s allocates", name)
 	}
 }
+
+// TestMultipathNamespaceAdded: a namespace added after the paths read
+// their ANA log pages is in none of the groups they know; its first
+// request makes them read the page again, and runs.
+func TestMultipathNamespaceAdded(t *testing.T) {
+	tp := newTwoPaths(t, "tcp://127.0.0.1:0")
+	m := dialMultipath(t, tp.dial[:])
+	dev, err := blockdev.OpenFile(filepath.Join(t.TempDir(), "ns2.img"), 1<<20)
+	require.NoError(t, err)
+	_, err = tp.sub.AddNamespace(target.NamespaceConfig{NSID: 2, Device: dev, BlockSize: 512})
+	require.NoError(t, err)
+	mn, err := m.Namespace(2)
+	require.NoError(t, err)
+	w := make([]byte, 4096)
+	pattern(w, 2, 0)
+	_, err = mn.WriteAt(w, 0)
+	require.NoError(t, err)
+	got := make([]byte, 4096)
+	_, err = mn.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.Equal(t, w, got)
+	st, _ := m.Paths()[0].Controller.ANAState(2)
+	assert.Equal(t, nvmeof.ANAOptimized, st)
+}
