@@ -175,6 +175,9 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 	s.lmu.Lock()
 	s.sealLocked()
 	target := s.sealed
+	// Every caller's write so far is in a stripe sealed now, which this
+	// checkpoint makes durable: so are the journal's records.
+	wepoch, jdead := s.wepoch, s.gen.Load()+1
 	for owner, m := range s.owners {
 		for page := range m.dirty {
 			var val []byte
@@ -319,7 +322,10 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 	// 2. Every stripe the snapshot names is written, then synced; and so
 	// are the new reserved slots prepared for short stripes.
 	s.prepareSlots(prep)
-	if _, err := s.writeOutLocked(target); err != nil {
+	s.lmu.Lock()
+	err := s.waitWrittenLocked(target)
+	s.lmu.Unlock()
+	if err != nil {
 		return trim, fail(err)
 	}
 	before := s.writableMask()
@@ -335,7 +341,8 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 		r.Ext.Missing |= lost
 		b.slots = append(b.slots, slotChange{slot: slot, rec: r.encode()})
 	}
-	s.durable = max(s.durable, target)
+	s.durable = max(s.durable, wepoch)
+	s.jdead = max(s.jdead, jdead)
 
 	// 3. The replicas.
 	committed := s.forWritable(func(d *device, f *devFiles) error {

@@ -21,6 +21,7 @@ const (
 	identityFile = "identity" // identity record, written once
 	shardFile    = "shards"   // shard slots: slot p at p × (4 KiB + unit)
 	metaFile     = "meta.db"  // bbolt replica of the metadata (a host file)
+	// journalFile (journal.go): the ring of flush records
 )
 
 // DeviceState says how the store uses a device.
@@ -84,8 +85,8 @@ type device struct {
 	reads, writes, errs   atomic.Int64
 	readBytes, writeBytes atomic.Int64
 	// unsynced: the shard file was written since its last fsync (a flush
-	// syncs only such devices).
-	unsynced atomic.Bool
+	// syncs only such devices); junsynced: the journal file.
+	unsynced, junsynced atomic.Bool
 }
 
 // devFiles are a device's open handles.
@@ -97,6 +98,26 @@ type devFiles struct {
 	// alloc tracks the shard file's blocks where flushes can be shared
 	// (flush.go); nil: every flush fdatasyncs the file.
 	alloc *allocTrack
+	// jnl is the journal file (journal.go; nil: none), jwhole says it has
+	// its size and every block, jalloc lets it share its disk's flushes,
+	// and ring is where its records are (guarded by flushMu).
+	jnl    vfs.File
+	jwhole bool
+	jalloc *allocTrack
+	ring   jring
+}
+
+// close closes f's files.
+func (f *devFiles) close() {
+	if f.data != nil {
+		_ = f.data.Close()
+	}
+	if f.jnl != nil {
+		_ = f.jnl.Close()
+	}
+	if f.db != nil {
+		_ = f.db.Close()
+	}
 }
 
 func (d *device) getState() DeviceState { return DeviceState(d.state.Load()) }
@@ -193,9 +214,10 @@ func openBolt(fsys vfs.FS) (*bolt.DB, error) {
 }
 
 // formatDevice writes the files of a new or replaced device: the shard
-// file, the metadata replica (filled by fill), and last the identity
-// record, so a device with an identity always has its other files.
-func formatDevice(fsys vfs.FS, id identity, fill func(*bolt.DB) error) (*devFiles, error) {
+// file, the journal (jsize bytes; none when 0), the metadata replica
+// (filled by fill), and last the identity record, so a device with an
+// identity always has its other files.
+func formatDevice(fsys vfs.FS, id identity, jsize int64, fill func(*bolt.DB) error) (*devFiles, error) {
 	if err := fsys.MkdirAll("."); err != nil {
 		return nil, err
 	}
@@ -210,6 +232,19 @@ func formatDevice(fsys vfs.FS, id identity, fill func(*bolt.DB) error) (*devFile
 	if err := data.Sync(); err != nil {
 		return fail(err)
 	}
+	var jnl vfs.File
+	if jsize > 0 {
+		if jnl, err = createJournal(fsys, jsize); err != nil {
+			return fail(err)
+		}
+	}
+	fail = func(err error) (*devFiles, error) {
+		_ = data.Close()
+		if jnl != nil {
+			_ = jnl.Close()
+		}
+		return nil, err
+	}
 	db, err := openBolt(fsys)
 	if err != nil {
 		return fail(err)
@@ -219,10 +254,14 @@ func formatDevice(fsys vfs.FS, id identity, fill func(*bolt.DB) error) (*devFile
 		return fail(err)
 	}
 	// WriteFile syncs the directory after its rename, which also makes
-	// the shard file's entry durable.
+	// the entries of the shard file and the journal durable.
 	if err := vfs.WriteFile(fsys, identityFile, id.encode()); err != nil {
 		_ = db.Close()
 		return fail(err)
 	}
-	return &devFiles{fs: fsys, id: id, data: data, db: db}, nil
+	f := &devFiles{fs: fsys, id: id, data: data, db: db, jnl: jnl, jwhole: jnl != nil}
+	if jnl != nil {
+		trackJournal(f, jsize)
+	}
+	return f, nil
 }

@@ -164,11 +164,13 @@ func (t *allocTrack) forget(runs []slotRun) {
 	t.meta.Store(true)
 }
 
-// flushTask is one device's part of a flush.
+// flushTask is one file's part of a flush: a device's shard file or its
+// journal.
 type flushTask struct {
-	d   *device
-	f   *devFiles
-	err error
+	d     *device
+	file  vfs.File
+	alloc *allocTrack // nil: the file syncs on its own
+	err   error
 }
 
 // syncFiles makes every write that completed before it on the devices in
@@ -182,7 +184,7 @@ func syncFiles(tasks []flushTask, c *counters) {
 	groups := map[uint64][]int{} // disk → tasks that share its flush
 	var alone []int
 	for i := range tasks {
-		if t := tasks[i].f.alloc; t != nil {
+		if t := tasks[i].alloc; t != nil {
 			groups[t.disk] = append(groups[t.disk], i)
 		} else {
 			alone = append(alone, i)
@@ -201,7 +203,7 @@ func syncFiles(tasks []flushTask, c *counters) {
 		go func() {
 			defer wg.Done()
 			c.deviceSyncs.Add(1)
-			tasks[i].err = tasks[i].f.data.Sync()
+			tasks[i].err = tasks[i].file.Sync()
 		}()
 	}
 	for _, g := range groups {
@@ -225,7 +227,7 @@ func syncGroup(tasks []flushTask, g []int, c *counters) {
 	}
 	ms := make([]member, len(g))
 	for n, i := range g {
-		t := tasks[i].f.alloc
+		t := tasks[i].alloc
 		own := t.meta.Load()
 		ms[n] = member{i: i, own: own}
 		if own {
@@ -259,12 +261,12 @@ func syncGroup(tasks []flushTask, g []int, c *counters) {
 	// no other goroutine.
 	for n := range ms {
 		if !ms[n].own {
-			tasks[ms[n].i].err = tasks[ms[n].i].f.alloc.shared.StartWriteBack()
+			tasks[ms[n].i].err = tasks[ms[n].i].alloc.shared.StartWriteBack()
 		}
 	}
 	for n := range ms {
 		if tk := &tasks[ms[n].i]; !ms[n].own && tk.err == nil {
-			tk.err = tk.f.alloc.shared.WriteBack()
+			tk.err = tk.alloc.shared.WriteBack()
 		}
 	}
 	own := 0
@@ -281,8 +283,8 @@ func syncGroup(tasks []flushTask, g []int, c *counters) {
 		}
 		tk := &tasks[m.i]
 		c.deviceSyncs.Add(1)
-		if tk.err = tk.f.data.Sync(); tk.err == nil {
-			tk.f.alloc.synced(m.whole, m.heads)
+		if tk.err = tk.file.Sync(); tk.err == nil {
+			tk.alloc.synced(m.whole, m.heads)
 			mu.Lock()
 			flushed = true
 			mu.Unlock()
@@ -296,7 +298,7 @@ func syncGroup(tasks []flushTask, g []int, c *counters) {
 	for n := range ms {
 		if tk := &tasks[ms[n].i]; tk.err == nil {
 			c.deviceSyncs.Add(1)
-			if tk.err = tk.f.data.Sync(); tk.err == nil {
+			if tk.err = tk.file.Sync(); tk.err == nil {
 				c.sharedFlushes.Add(1)
 				return
 			}

@@ -36,6 +36,10 @@ type logStripe struct {
 	shardLen       int    // set when sealed
 	lost           uint64 // devices the write missed
 	err            error
+	// dirty: the positions callers wrote since the last flush journaled
+	// the stripe (journal.go), ndirty of them.
+	dirty  []uint64
+	ndirty int
 }
 
 // capSectors is the data sectors of a full stripe.
@@ -123,7 +127,7 @@ func (s *Store) openLocked(cleaner bool) error {
 		}
 		if lvl := s.cleanLevel(); lvl > 0 {
 			s.kickClean()
-			if lvl == 2 && !cleaner {
+			if lvl == 2 && !cleaner && !s.opening {
 				// Too much dead space: wait for the cleaner.
 				s.lcond.Wait()
 				continue
@@ -273,26 +277,26 @@ type moveSource struct {
 // sector is written only if the map still points there and the slot still
 // holds that stripe (it may have been freed and written again, with the
 // same sector of the same owner, while the cleaner read). It returns the
-// log sequence of the last stripe it wrote to. lmu is held, and released
-// while waiting for room.
+// write epoch to flush through for a caller's data to be durable (0 for
+// the cleaner's). lmu is held, and released while waiting for room.
 func (s *Store) appendLocked(owner uint64, lba uint64, data []byte, from *moveSource) (uint64, error) {
 	nsec := len(data) / SectorSize
 	if err := s.enoughDevices(); err != nil {
 		return 0, err
 	}
-	var seq uint64
+	var epoch uint64
 	for i := 0; i < nsec; {
 		// Room first: openLocked may wait, releasing lmu, and what the
 		// map says must be read after that.
 		if err := s.openLocked(from != nil); err != nil {
-			return seq, err
+			return epoch, err
 		}
 		m := s.ownerLocked(owner)
 		if m == nil {
 			if from != nil {
-				return seq, nil
+				return epoch, nil
 			}
-			return seq, fmt.Errorf("%w: owner %d is gone", ErrClosed, owner)
+			return epoch, fmt.Errorf("%w: owner %d is gone", ErrClosed, owner)
 		}
 		l, run, mapped := m.find(lba+uint64(i), nsec-i)
 		if from != nil {
@@ -307,7 +311,9 @@ func (s *Store) appendLocked(owner uint64, lba uint64, data []byte, from *moveSo
 		if mapped && l.slot == s.open.slot {
 			// Rewritten while its stripe is open: in place.
 			copy((*s.open.buf)[l.sec*SectorSize:(l.sec+run)*SectorSize], data[i*SectorSize:])
-			seq = s.open.seq
+			s.open.markDirty(l.sec, run)
+			s.wepoch++
+			epoch = s.wepoch
 			s.hostSecs += int64(run)
 			i += run
 			continue
@@ -329,16 +335,20 @@ func (s *Store) appendLocked(owner uint64, lba uint64, data []byte, from *moveSo
 		copy((*o.buf)[o.n*SectorSize:(o.n+n)*SectorSize], data[i*SectorSize:])
 		s.mapUpdateLocked(m, lba+uint64(i), n, true, o.slot, o.n)
 		if from == nil {
+			// The cleaner's moves need no flush: what they move stays
+			// where the last checkpoint found it until the next one.
 			s.hostSecs += int64(n)
+			o.markDirty(o.n, n)
+			s.wepoch++
+			epoch = s.wepoch
 		}
 		o.n += n
-		seq = o.seq
 		i += n
 		if o.n == s.capSectors() {
 			s.sealLocked()
 		}
 	}
-	return seq, nil
+	return epoch, nil
 }
 
 // unmapLocked unmaps n sectors of owner from lba on. lmu is held.
@@ -364,29 +374,29 @@ func (s *Store) dropOwnerLocked(owner uint64) {
 	}
 }
 
-// appendSectors appends whole sectors for owner and returns the log
-// sequence to flush for them to be durable.
+// appendSectors appends whole sectors for owner and returns the write
+// epoch to flush through for them to be durable.
 func (s *Store) appendSectors(owner uint64, lba uint64, data []byte) (uint64, error) {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
 	return s.appendLocked(owner, lba, data, nil)
 }
 
-// lastSeq returns the log sequence of the newest stripe with data.
-func (s *Store) lastSeq() uint64 {
+// lastEpoch returns the write epoch of the newest caller's append.
+func (s *Store) lastEpoch() uint64 {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
-	if s.open != nil && s.open.n > 0 {
-		return s.open.seq
-	}
-	return s.sealed
+	return s.wepoch
 }
 
-// flushLog makes every stripe up to log sequence through durable: it
-// seals the open stripe if through names it, waits for the writes, and
-// fsyncs every device once for everyone waiting (group commit: callers
-// that arrive during an fsync are served together by the next). It does
-// not checkpoint the map: the roll-forward at Open finds these stripes.
+// flushLog makes every write up to write epoch through durable, and every
+// other before it, for everyone waiting (group commit: callers that
+// arrive during a flush are served together by the next). It waits for
+// the sealed stripes' writes, and makes the open stripe's data durable:
+// when a few sectors of it are not yet, in the journal (journal.go),
+// which leaves it open; otherwise by sealing it short and writing it.
+// Then it syncs every device written once. It does not checkpoint the
+// map: the roll-forward at Open finds these stripes and records.
 func (s *Store) flushLog(through uint64) error {
 	if through == 0 {
 		return nil
@@ -396,26 +406,54 @@ func (s *Store) flushLog(through uint64) error {
 	if s.durable >= through {
 		return nil
 	}
-	target, err := s.writeOutLocked(through)
+	epoch, dead, jw, err := s.writeOutLocked()
+	if jw != nil {
+		if err == nil {
+			s.writeJournal(jw)
+		}
+		if err == nil {
+			err = s.syncDevicesLocked()
+		}
+		if err == nil {
+			err = s.journalDurable(jw)
+		}
+		if err != nil {
+			s.journalFailed(jw)
+		}
+	} else if err == nil {
+		err = s.syncDevicesLocked()
+	}
 	if err != nil {
 		return err
 	}
-	if err := s.syncDevicesLocked(); err != nil {
-		return err
-	}
-	s.durable = max(s.durable, target)
+	s.durable = max(s.durable, epoch)
+	s.jdead = max(s.jdead, dead)
 	return nil
 }
 
-// writeOutLocked seals the open stripe if it is at or below through,
-// waits until every sealed stripe up to the newest sealed one is written
-// (retrying failed ones), and returns that sequence. flushMu is held.
-func (s *Store) writeOutLocked(through uint64) (uint64, error) {
+// writeOutLocked makes the open stripe's data the flush's to make
+// durable: a journal record of its dirty sectors, or the stripe sealed
+// and written. It waits until every sealed stripe is written (retrying
+// failed ones), and returns the write epoch all of that covers and the
+// generation below which journal records are dead once the flush's
+// device sync is done. flushMu is held.
+func (s *Store) writeOutLocked() (epoch, dead uint64, jw *jwrite, err error) {
 	s.lmu.Lock()
 	defer s.lmu.Unlock()
+	epoch = s.wepoch
 	var mine *logStripe
-	if s.open != nil && s.open.seq <= through {
-		mine = s.sealOpenLocked()
+	if o := s.open; o != nil && o.n > 0 {
+		if o.ndirty == 0 {
+			dead = o.gen // nothing of it to flush: journaled already, or only the cleaner's
+		} else if jw = s.journalLocked(o); jw != nil {
+			dead = o.gen
+		} else {
+			mine = s.sealOpenLocked()
+		}
+	}
+	if dead == 0 {
+		// Every stripe handed out is sealed, and written below.
+		dead = s.gen.Load() + 1
 	}
 	target := s.sealed
 	if mine != nil {
@@ -426,6 +464,12 @@ func (s *Store) writeOutLocked(through uint64) (uint64, error) {
 		s.lmu.Lock()
 		s.finishLocked(mine, err)
 	}
+	return epoch, dead, jw, s.waitWrittenLocked(target)
+}
+
+// waitWrittenLocked waits until every sealed stripe up to log sequence
+// target is written, retrying failed ones. flushMu and lmu are held.
+func (s *Store) waitWrittenLocked(target uint64) error {
 	for {
 		waiting := false
 		for seq := range s.unwritten {
@@ -446,7 +490,7 @@ func (s *Store) writeOutLocked(through uint64) (uint64, error) {
 			}
 		}
 		if retry == nil {
-			return target, nil
+			return nil
 		}
 		delete(s.failed, retry.seq)
 		s.inflight++
@@ -456,7 +500,7 @@ func (s *Store) writeOutLocked(through uint64) (uint64, error) {
 		s.lmu.Lock()
 		s.finishLocked(retry, err)
 		if err != nil {
-			return 0, err
+			return err
 		}
 	}
 }
@@ -475,14 +519,23 @@ func (s *Store) syncDevicesLocked() error {
 	s.lmu.Unlock()
 	var tasks []flushTask
 	for _, d := range s.devs {
-		if d.writable() && d.unsynced.Swap(false) {
-			tasks = append(tasks, flushTask{d: d, f: d.files.Load()})
+		if !d.writable() {
+			continue
+		}
+		f := d.files.Load()
+		if d.unsynced.Swap(false) {
+			tasks = append(tasks, flushTask{d: d, file: f.data, alloc: f.alloc})
+		}
+		if d.junsynced.Swap(false) && f.jnl != nil {
+			tasks = append(tasks, flushTask{d: d, file: f.jnl, alloc: f.jalloc})
 		}
 	}
 	syncFiles(tasks, &s.stats)
 	failed := make([]error, s.n)
 	for _, t := range tasks {
-		failed[t.d.pos] = t.err
+		if failed[t.d.pos] == nil {
+			failed[t.d.pos] = t.err
+		}
 	}
 	// One after the other: a stat each, which a flush should not hand
 	// to six goroutines. Every writable device, not only those synced: a
@@ -645,7 +698,7 @@ func (s *Store) writeBytes(owner uint64, locks *[stripeLocks]sync.Mutex, p []byt
 		done += c
 	}
 	if fua {
-		return s.flushLog(seq)
+		return s.flushLog(seq) // a write epoch
 	}
 	return nil
 }

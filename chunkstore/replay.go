@@ -75,29 +75,31 @@ func (s *Store) summaryOf(key stripeKey, ext extent, sectors int) ([]sumRun, err
 // made durable; shards of a complete stripe that are bad are marked
 // missing for repair. The log keeps at most maxInflight stripes in flight,
 // so past that many slots in a row without a stripe there is nothing
-// more. It returns the stripes applied.
-func (s *Store) replay(resv []uint64, logGen uint64) int {
-	applied, miss := 0, 0
+// more. It returns the generations of the stripes applied.
+func (s *Store) replay(resv []uint64, logGen uint64) map[uint64]bool {
+	applied, miss := map[uint64]bool{}, 0
 	var keep []uint64
 	for idx, slot := range resv {
 		if miss > maxInflight+1 {
 			keep = append(keep, resv[idx:]...)
 			break
 		}
-		if !s.replayStripe(slot, logGen) {
+		gen, ok := s.replayStripe(slot, logGen)
+		if !ok {
 			miss++
 			keep = append(keep, slot)
 			continue
 		}
 		miss = 0
-		applied++
+		applied[gen] = true
 	}
 	s.resv = keep
 	return applied
 }
 
-// replayStripe examines and applies one slot.
-func (s *Store) replayStripe(slot uint64, logGen uint64) bool {
+// replayStripe examines and applies one slot, and returns the generation
+// of the stripe it applied.
+func (s *Store) replayStripe(slot uint64, logGen uint64) (uint64, bool) {
 	type view struct {
 		hdr  shardHeader
 		runs []sumRun
@@ -125,7 +127,7 @@ func (s *Store) replayStripe(slot uint64, logGen uint64) bool {
 		}
 	}
 	if votes[gen] == 0 {
-		return false
+		return 0, false
 	}
 	var ref *view
 	for i := range views {
@@ -140,7 +142,7 @@ func (s *Store) replayStripe(slot uint64, logGen uint64) bool {
 		sectors += int(r.N)
 	}
 	if L > s.unit || sectors == 0 || sectors > s.geo.Data*L/SectorSize {
-		return false
+		return 0, false
 	}
 	key := stripeKey{Owner: logOwner, Index: slot}
 	// A short stripe's zero padding was never written: those shards count
@@ -148,7 +150,7 @@ func (s *Store) replayStripe(slot uint64, logGen uint64) bool {
 	// of generations the checkpoint knows).
 	ext := extent{Slot: slot, Gen: gen, ShardLen: L, Zero: s.zeroShards(key, L, sectors)}
 	if votes[gen]+bits.OnesCount64(ext.Zero) < s.geo.Data {
-		return false
+		return 0, false
 	}
 	// Every sector of every shard that claims the stripe must verify.
 	var bad uint64
@@ -170,7 +172,7 @@ func (s *Store) replayStripe(slot uint64, logGen uint64) bool {
 		good++
 	}
 	if good < s.geo.Data {
-		return false
+		return 0, false
 	}
 	ext.Missing = bad
 	s.lmu.Lock()
@@ -201,5 +203,5 @@ func (s *Store) replayStripe(slot uint64, logGen uint64) bool {
 	if bad != 0 {
 		s.repair.add(slot)
 	}
-	return true
+	return gen, true
 }

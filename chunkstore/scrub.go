@@ -568,24 +568,22 @@ func (s *Store) startRebuild(d *device, newFS vfs.FS) (deviceRecord, error) {
 		return deviceRecord{}, err
 	}
 	id := identity{Device: rec.Device, Store: s.id, Pos: pos, Geo: s.geo, Unit: s.unit, Created: time.Now().UnixNano(), Golden: s.golden}
-	files, err := formatDevice(fsys, id, func(db *bolt.DB) error { return copyMeta(db, src.db) })
+	files, err := formatDevice(fsys, id, s.jsize, func(db *bolt.DB) error { return copyMeta(db, src.db) })
 	if err == nil {
 		err = s.trackAlloc(files, false)
 	}
 	if err != nil {
 		return deviceRecord{}, &DeviceError{Pos: pos, Device: fsys.String(), Err: err}
 	}
+	// Under flushMu: a flush writing the old device's journal is done.
+	s.flushMu.Lock()
 	if oldFiles := d.files.Load(); oldFiles != nil {
-		if oldFiles.data != nil {
-			_ = oldFiles.data.Close()
-		}
-		if oldFiles.db != nil {
-			_ = oldFiles.db.Close()
-		}
+		oldFiles.close()
 	}
 	d.files.Store(files)
 	d.setErr(nil)
 	d.state.Store(int32(DeviceRebuilding))
+	s.flushMu.Unlock()
 	return rec, nil
 }
 

@@ -49,6 +49,7 @@ type options struct {
 	overprovSet bool
 	idleProv    float64       // WithIdleCompaction
 	idleAfter   time.Duration // WithIdleCompaction; 0: never
+	journal     int64         // WithJournalSize
 }
 
 // WithGeometry sets K+M. Create uses it (default 4+2); Open checks it
@@ -74,7 +75,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 
 func buildOptions(opts []Option) (options, error) {
 	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, commit: DefaultAutoCommit, overprov: DefaultOverProvision,
-		idleProv: DefaultIdleOverProvision, idleAfter: DefaultIdleAfter}
+		idleProv: DefaultIdleOverProvision, idleAfter: DefaultIdleAfter, journal: DefaultJournalSize}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -95,6 +96,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if !(o.idleProv >= 0.05 && o.idleProv <= 16) || o.idleAfter < 0 {
 		return o, fmt.Errorf("%w: idle compaction to %g after %v: want 0.05 to 16, after 0 or more", ErrInvalidOption, o.idleProv, o.idleAfter)
+	}
+	if err := validJournalSize(o.journal); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -168,13 +172,15 @@ type Store struct {
 	maxRuns     int
 	scratch     []pageRun
 	runPool     [][]sumRun
-	cleaned     int64 // sectors the cleaner moved
-	idleCleaned int64 // of those, sectors moved by idle passes
-	hostSecs    int64 // sectors written by callers
-	hostReads   int64 // reads by callers (the cleaner's idle time is time without either)
-	trimWanted  bool  // an idle pass is done: the next checkpoint trims (commit.go)
-	spaceShort  bool  // a stripe write met ENOSPC: the cleaner compacts at once (cleaner.go)
-	punchWanted bool  // that pass is done: the next checkpoint, done or failed, punches (commit.go)
+	cleaned     int64  // sectors the cleaner moved
+	idleCleaned int64  // of those, sectors moved by idle passes
+	hostSecs    int64  // sectors written by callers
+	hostReads   int64  // reads by callers (the cleaner's idle time is time without either)
+	wepoch      uint64 // counts callers' appends: a flush makes durable every write up to the epoch it saw
+	opening     bool   // Open is writing the journal's records to the log: no cleaner to wait for
+	trimWanted  bool   // an idle pass is done: the next checkpoint trims (commit.go)
+	spaceShort  bool   // a stripe write met ENOSPC: the cleaner compacts at once (cleaner.go)
+	punchWanted bool   // that pass is done: the next checkpoint, done or failed, punches (commit.go)
 
 	// gate: device reads of mapped data and repairs hold it shared from
 	// before they leave lmu until they are done; freeing slots holds it
@@ -183,7 +189,16 @@ type Store struct {
 	// flushMu serialises log flushes (group commit) and checkpoints' device
 	// syncs. Taken after commitMu, before lmu.
 	flushMu sync.Mutex
-	durable uint64 // log seq through which every stripe is durable; guarded by flushMu
+	// durable is the write epoch (wepoch) through which every write is
+	// durable; guarded by flushMu.
+	durable uint64
+	// The journal (journal.go), guarded by flushMu: the size of each
+	// device's file (0: none), the last record's seq, the generation
+	// below which records are dead, and the record being written.
+	jsize int64
+	jseq  uint64
+	jdead uint64
+	jw    jwrite
 
 	ckptKick  chan struct{}
 	cleanKick chan struct{}
@@ -231,12 +246,11 @@ func Create(devs []vfs.FS, opts ...Option) (*Store, error) {
 	b.super = superblock{Store: storeID, Geo: o.geo, Unit: o.unit, Seq: 1, GenHigh: genReserve, NextOwner: 1}
 	b.devices = recs
 	for i, fsys := range devs {
-		files, err := formatDevice(fsys, ids[i], func(db *bolt.DB) error { return db.Update(b.apply) })
+		files, err := formatDevice(fsys, ids[i], o.journal, func(db *bolt.DB) error { return db.Update(b.apply) })
 		if err != nil {
 			return nil, &DeviceError{Pos: i, Device: fsys.String(), Err: err}
 		}
-		_ = files.data.Close()
-		_ = files.db.Close()
+		files.close()
 	}
 	return Open(devs, opts...)
 }
@@ -304,7 +318,7 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 	if len(devs) == 0 {
 		return nil, fmt.Errorf("%w: no devices", ErrInvalidArgument)
 	}
-	s := &Store{log: o.logger, opts: o}
+	s := &Store{log: o.logger, opts: o, jsize: o.journal}
 	s.ckptKick, s.cleanKick = make(chan struct{}, 1), make(chan struct{}, 1)
 	s.alloc.commitAt, s.alloc.kick = o.commit, s.ckptKick
 	s.lcond = sync.NewCond(&s.lmu)
@@ -428,17 +442,23 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 	}
 	// Generations: hand out from the committed reservation and commit a
 	// new one (and a new checkpoint, with a new log reservation) before
-	// any write.
+	// any write. The journal's records go to the log first, so that this
+	// checkpoint, after which they are dead, holds them.
 	s.gen.Store(s.genHigh)
-	if err := s.commit(); err != nil {
+	journaled, err := s.replayJournal(st.super.LogGen, replayed)
+	if err == nil {
+		err = s.commit()
+	}
+	if err != nil {
 		s.closeFiles()
 		return nil, err
 	}
+	s.resetJournals()
 	s.stop, s.bgDone, s.cleanDone = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go s.autoCommit()
 	go s.cleaner()
-	if replayed > 0 {
-		s.log.Info("chunkstore: rolled the log forward", "stripes", replayed)
+	if len(replayed) > 0 || journaled > 0 {
+		s.log.Info("chunkstore: rolled the log forward", "stripes", len(replayed), "journal records", journaled)
 	}
 	s.log.Info("chunkstore: open", "store", s.id, "geometry", s.geo.String(), "unit", s.unit,
 		"simd", SIMD(), "degraded", len(soft))
@@ -576,9 +596,14 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 			continue
 		}
 		files := &devFiles{fs: d.fsys(), id: ids[i], data: data, db: r.db}
-		if err := s.trackAlloc(files, true); err != nil {
-			_ = data.Close()
-			_ = r.db.Close()
+		err = s.trackAlloc(files, true)
+		if err == nil {
+			// Read at Open for its records, then made whole and empty
+			// (resetJournals).
+			files.jnl, files.jwhole, err = openJournal(d.fsys(), s.jsize)
+		}
+		if err != nil {
+			files.close()
 			reps[i].db = nil
 			*soft = append(*soft, d.devErr(fmt.Errorf("%w: %v", ErrDeviceMissing, err)))
 			continue
@@ -692,12 +717,7 @@ func (s *Store) load(st *metaState) {
 func (s *Store) closeFiles() {
 	for _, d := range s.devs {
 		if f := d.files.Load(); f != nil {
-			if f.data != nil {
-				_ = f.data.Close()
-			}
-			if f.db != nil {
-				_ = f.db.Close()
-			}
+			f.close()
 		}
 	}
 }
@@ -759,7 +779,7 @@ func (s *Store) Sync() error {
 			return s.commitLocked(nil)
 		}
 	}
-	return s.flushLog(s.lastSeq())
+	return s.flushLog(s.lastEpoch())
 }
 
 // forWritable runs fn on every writable device in parallel; a device whose

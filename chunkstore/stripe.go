@@ -55,7 +55,8 @@ type counters struct {
 	autoCommits                   atomic.Int64
 	compactions, slotsPunched     atomic.Int64
 	deviceSyncs, sharedFlushes    atomic.Int64
-	deviceBytes                   atomic.Int64 // header regions and payloads written
+	deviceBytes                   atomic.Int64 // header regions and payloads written, journal records
+	journalRecords, journalBytes  atomic.Int64
 }
 
 // Stats are counts since Open.
@@ -93,9 +94,15 @@ type Stats struct {
 	StripesOpen  int   // log stripes in memory: open, or being written
 	CleanerBytes int64 // data the cleaner moved since Open
 	HostBytes    int64 // data written by callers since Open (whole sectors)
-	// DeviceBytes counts what went to the shard files since Open: header
-	// regions, data and parity, the cleaner's moves and repairs.
+	// DeviceBytes counts what went to the shard and journal files since
+	// Open: header regions, data and parity, the cleaner's moves,
+	// repairs, and journal records.
 	DeviceBytes int64
+	// JournalRecords counts the flushes that made the open stripe's data
+	// durable in the journal (journal.go), each written to M+1 devices,
+	// and JournalBytes what they wrote, headers included.
+	JournalRecords int64
+	JournalBytes   int64
 	// IdleBytes is the part of CleanerBytes that idle passes moved
 	// (WithIdleCompaction); Compactions counts the idle passes finished,
 	// each with its trimming checkpoint, and SlotsPunched the free slots
@@ -136,6 +143,8 @@ func (s *Store) Stats() Stats {
 		DeviceSyncs:      c.deviceSyncs.Load(),
 		SharedFlushes:    c.sharedFlushes.Load(),
 		DeviceBytes:      c.deviceBytes.Load(),
+		JournalRecords:   c.journalRecords.Load(),
+		JournalBytes:     c.journalBytes.Load(),
 	}
 	s.lmu.Lock()
 	st.LiveBytes = s.liveTotal * SectorSize
