@@ -41,7 +41,7 @@
 //
 // # On-disk format (version 2)
 //
-// Each device directory holds three files:
+// Each device directory holds four files:
 //
 //	identity  128-byte identity record, written once (temporary file,
 //	          fsync, rename, fsync directory): device UUID, store UUID,
@@ -51,6 +51,8 @@
 //	          a 4 KiB header region followed by the payload, so payloads
 //	          stay 4 KiB aligned
 //	meta.db   a bbolt replica of the metadata (see below)
+//	journal   the flush journal: a ring of records of a few sectors each
+//	          (journal.go has the offsets; see "Writes")
 //
 // A shard's header region holds its header (format.go has the offsets:
 // the store, the key {0, slot} of a log stripe, the slot, the stripe's
@@ -67,9 +69,9 @@
 //
 // Every on-disk record (identity, shard header, summary, and the
 // metadata records: superblock, log reservation, device record, volume
-// record, slot record, map page, chunk record) has named offsets, an
-// encoder and a decoder that validates lengths, reserved bytes and its
-// CRC32C before use; each decoder has a fuzz target whose property is
+// record, slot record, map page, chunk record, journal record) has named
+// offsets, an encoder and a decoder that validates lengths, reserved
+// bytes and its CRC32C before use; each decoder has a fuzz target whose property is
 // that whatever decodes re-encodes to the same bytes.
 //
 // Format version 1 (copy-on-write stripes, a block map entry per 256 KiB
@@ -142,70 +144,97 @@
 // appended whole, under a per-sector lock. Writes are durable after the
 // next Sync (a volatile write cache, VWC=1), or at once with FUA.
 //
-// Sync and FUA make an incomplete stripe durable as a short stripe,
-// RAID-Z style: the data present, d sectors, is laid out over the K data
-// shards at ceil(d/K) sectors each (zero-padded), with M parity shards of
-// that length: a complete stripe of its own width, checksummed and
-// verified like a full one, whose slot's unused space the cleaner
-// reclaims. Data shards that hold only padding (all of them past the
-// first ceil(d / ceil(d/K))) are not written: the slot record's sector
-// count says which they are (extent.Zero), reads, reconstruction, scrub
-// and the roll-forward take them as zeros without reading, and a
-// device that is out loses nothing of them. The alternative, keeping
-// partial stripes as M+1 replicas and aggregating them into full stripes
-// later (DAOS), writes (M+1)·d now and 1.5·d again later; a short stripe
-// writes about d + M·ceil(d/K) sectors once, plus a 4 KiB header region
-// per shard written, and its parity is right from the start, so one code
-// path serves reads, reconstruction, scrub and rebuild. In figures, 4+2
-// with 64 KiB units: a full stripe writes 408 KiB for 256 KiB (1.59×: 1.5
-// for parity, 1.06 for the header regions); a short stripe of one 4 KiB
-// sector writes three 8 KiB shards (6×, as replicas would, without their
-// 1.59× more to aggregate), of 4 sectors 3×, of 16 sectors 1.9×, and
-// the cleaner later moves what is still live (1.59× of that). Group commit makes short
-// stripes rare under load: every Sync and FUA write that arrives while a
-// flush is running is covered by the next one, which seals one stripe
-// holding all their data and makes every device written since the last
-// flush durable once (flushLog: flushes are serialised, and a caller whose
-// data an earlier flush covered returns without one). Devices whose shard
-// files share a disk and that wrote only over blocks already allocated
-// share one cache flush: each is written back (sync_file_range) and one
-// fdatasync flushes the disk (syncFiles, vfs.SharedFlush), so a 4 KiB FUA
-// write on a store whose devices are directories of one disk costs one
-// flush, as on a plain file, not one per shard. Each device knows which
-// slots its file has blocks for (SEEK_DATA at Open, then every slot
-// written whole and synced); a write anywhere else has its own fdatasync,
-// which allocates. So that flushes' short stripes find blocks, 32 short
-// stripes sealed into slots without blocks kick a checkpoint, which keeps
-// only as much of the reservation's head as the flushes may use while it
-// runs, takes the rest afresh from the lowest free slots (those
-// overwrites and the cleaner left, which have blocks), and writes zeros
-// over the heads (header region and first sector: all a one-sector
-// short stripe writes on a device) of the few of its new slots that
+// A flush (Sync, or a FUA write) makes durable every write that returned
+// before it. The stripes sealed before it are waited for; what is left is
+// the open stripe's data that no earlier flush covered (its dirty
+// sectors), and there are two ways to make that durable.
+//
+// A few sectors (at most 8, in at most 8 runs) go to the journal: a
+// record of them (a 4 KiB header naming the store, the device, its
+// offset, a record sequence, the open stripe's generation and slot, the
+// runs of (owner, first logical sector, count), and a CRC32C per sector
+// and of itself, then the sectors) is written to the journal file of M+1
+// devices (fewer when devices are out: one more than the devices the
+// store can still lose), and the stripe stays open. It is written whole
+// when it fills, like any other, and a record is dead once the stripe of
+// its generation is durable (written and synced by a later flush or
+// checkpoint). Each device's journal (the file "journal", 1 MiB by
+// default, WithJournalSize) is a ring: records go at its head, wrap to
+// its start, and never overwrite a live one; when there is no room (the
+// same sectors flushed again and again) the flush seals instead. The
+// file is written whole with zeros when it is made, so its blocks are
+// allocated and its records share their disk's flush like slots with
+// blocks do (below). Consecutive records start at devices M+1 apart, so
+// they spread over all devices.
+//
+// More sectors seal the open stripe as a short stripe, RAID-Z style: the
+// data present, d sectors, is laid out over the K data shards at
+// ceil(d/K) sectors each (zero-padded), with M parity shards of that
+// length: a complete stripe of its own width, checksummed and verified
+// like a full one, whose slot's unused space the cleaner reclaims. Data
+// shards that hold only padding (all of them past the first ceil(d /
+// ceil(d/K))) are not written: the slot record's sector count says which
+// they are (extent.Zero), reads, reconstruction, scrub and the
+// roll-forward take them as zeros without reading, and a device that is
+// out loses nothing of them.
+//
+// Why both, in figures, 4+2 with 64 KiB units: a full stripe writes 408
+// KiB for 256 KiB (1.59×: 1.5 for parity, 1.06 for the header regions).
+// A one-sector flush journals 3 × 8 KiB (6×) and leaves the sector in
+// the open stripe, which later goes to disk at 1.59× with 63 other
+// sectors: 7.6× in all, and no slot used. As a short stripe it would
+// write the same 3 × 8 KiB, but take a whole slot for it, which the
+// cleaner must then empty (its one live sector, at 1.59×) and a
+// checkpoint free, and which needs blocks to share its disk's flush (a
+// head prepared in a checkpoint, 48 KiB of zeros): under a FUA load that
+// was a slot, a move and a share of a checkpoint per write. The journal
+// costs (M+1)·(1+d) sectors against the short stripe's about (K+M)·(1 +
+// ceil(d/K)), so past a few sectors the short stripe writes less: 8
+// sectors journaled write 27 sectors, as a short stripe 18 (plus its
+// slot). Keeping partial stripes as M+1 replicas until they can be
+// aggregated into full stripes is what DAOS does; capsule does it only
+// for the flushes where replicas are the cheaper, and only until the
+// stripe they belong to is written, so the journal holds kilobytes, not
+// a tier of the store.
+//
+// Group commit makes flushes rare under load: every Sync and FUA write
+// that arrives while a flush is running is covered by the next one
+// (flushLog: flushes are serialised, each takes the write epoch it
+// covers, and a caller whose epoch an earlier flush covered returns
+// without one), which makes every device written since the last flush
+// durable once. Devices whose shard files share a disk and that wrote
+// only over blocks already allocated share one cache flush: each is
+// written back (sync_file_range) and one fdatasync flushes the disk
+// (syncFiles, vfs.SharedFlush), so a 4 KiB FUA write on a store whose
+// devices are directories of one disk costs one flush, as on a plain
+// file, not one per record copy. Each device knows which slots its file
+// has blocks for (SEEK_DATA at Open, then every slot written whole and
+// synced); a write anywhere else has its own fdatasync, which allocates.
+// So that flushes' short stripes find blocks, 32 short stripes sealed
+// into slots without blocks kick a checkpoint, which keeps only as much
+// of the reservation's head as the flushes may use while it runs, takes
+// the rest afresh from the lowest free slots (those overwrites and the
+// cleaner left, which have blocks), and writes zeros over the heads
+// (header region and first sector) of the few of its new slots that
 // still have none (prepareSlots: the log cannot use them before the
 // checkpoint completes, and they hold nothing), eight for each cold
-// flush that kicked it, up to 256: a FUA load shares flushes after its
-// first few dozen writes, then for about four of five.
-// A FUA load that runs cold also gets the free slots that have blocks
-// reserved first, wherever they are, and a trim leaves the lowest 256
-// free slots their blocks (Stats.SharedFlushes and DeviceSyncs show how
-// flushes went). Each flush still takes a slot of its own for its short
-// stripe, so a long FUA load with no free slots that have blocks
-// prepares one head per flush (48 KiB of zeros at 4+2): a slot that
-// holds several short stripes is the next step.
-// The flush writes the stripe it seals itself, and starts every
-// device's write-back before it waits for the first, so a lone FUA write
-// waits for no other goroutine.
+// flush that kicked it, up to 256; a trim leaves the lowest 256 free
+// slots their blocks (Stats.SharedFlushes and DeviceSyncs show how
+// flushes went). The flush writes the record or the stripe it seals
+// itself, and starts every device's write-back before it waits for the
+// first, so a lone FUA write waits for no other goroutine.
 //
 // A flush does not touch the metadata: the roll-forward at Open finds
-// the stripes written since the last checkpoint (below). Unmaps, chunk
-// record changes and device changes are not in the log; a Sync after one
-// is a checkpoint.
+// the stripes and journal records written since the last checkpoint
+// (below). Unmaps, chunk record changes and device changes are not in
+// the log; a Sync after one is a checkpoint.
 //
 // # Checkpoints
 //
 // A checkpoint (commitLocked) makes the metadata catch up with the log:
 //
-//  1. under the log's lock, seal the open stripe and take the snapshot:
+//  1. under the log's lock, seal the open stripe and take the snapshot
+//     (and the write epoch it covers):
 //     the changed map pages, the slot records of stripes written, the
 //     slots released, the chunk records, and a new log reservation (the
 //     next 16 slots of the current one, which the log may use until this
@@ -308,6 +337,30 @@
 //     which the promise allows. A complete stripe with some bad shards
 //     (a device lost its unsynced writes) is applied, its bad shards
 //     marked missing and repaired before Open returns.
+//   - A flush that journals copies the open stripe's dirty sectors under
+//     the log's lock, so the record holds every caller's write into that
+//     stripe that returned before the flush began; writes into stripes
+//     sealed before it are waited for and synced. It returns only once
+//     the record is synced on one more device than the store can still
+//     lose, so a record it made durable is found. A flush that fails
+//     after taking the sectors makes the next flush seal that stripe.
+//   - A record's generation is that of the open stripe it journals. Every
+//     record taken after a checkpoint's snapshot has a generation above
+//     its LogGen (the snapshot seals the open stripe), and every record
+//     taken before it is dead once that checkpoint completes (its stripe
+//     was written and synced in step 2); records are taken and written
+//     under flushMu, which a checkpoint holds throughout. Open reads every
+//     valid record of this store above the adopted LogGen (its header
+//     names the device and offset it was written at, so a copy of a
+//     record elsewhere does not count), drops those whose stripe the
+//     roll-forward found (that stripe holds everything the records of its
+//     generation do, or newer), and takes for each sector the newest
+//     version by record sequence, unless the map points at a stripe of a
+//     later generation. It appends those to the log and checkpoints before
+//     anything else is written: only then are the records dead.
+//   - The ring never overwrites a record before it is dead: a record is
+//     dead when a flush or checkpoint has synced every stripe below its
+//     generation's, and the ring forgets records only then.
 //   - Unmaps and chunk records are in checkpoints only, and a Sync after
 //     one is a checkpoint; a crash before it may undo them, which the
 //     promise allows. A chunk's sectors in the log whose record was never
@@ -340,7 +393,7 @@
 //     fdatasync.
 //
 // The crash tests check exactly that (crash_test.go): random writes, FUA
-// writes, discards, chunk puts and deletes and syncs, with the cleaner
+// writes (most of them flushed through the journal), discards, chunk puts and deletes and syncs, with the cleaner
 // running and two writers making FUA writes at once (group commits), and
 // idle passes with their trims whenever the workload pauses, on in-memory
 // devices that crash together at a random operation (a shared
@@ -352,9 +405,11 @@
 // resume and complete.
 //
 // Durability follows the POSIX rules: fsync a file to make its data
-// durable; fsync the directory after a create or rename. Shard files are
-// created once, at format time, then the directory is synced; the identity
-// record is written with vfs.WriteFile.
+// durable; fsync the directory after a create or rename. Shard files and
+// journals are created once, at format time, then the directory is
+// synced; the identity record is written with vfs.WriteFile. A device
+// without a whole journal (a store made before it, a crash while it was
+// written) gets one after Open has read its records and checkpointed.
 //
 // # Reads
 //
