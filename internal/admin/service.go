@@ -856,6 +856,7 @@ func statsJSON(st chunkstore.Stats) map[string]any {
 		"stripes_open": st.StripesOpen, "cleaner_bytes": st.CleanerBytes, "host_bytes": st.HostBytes,
 		"device_bytes": st.DeviceBytes, "write_amplification": st.WriteAmplification,
 		"idle_bytes": st.IdleBytes, "compactions": st.Compactions, "slots_punched": st.SlotsPunched,
+		"journal_records": st.JournalRecords, "journal_bytes": st.JournalBytes,
 	}
 }
 

@@ -95,6 +95,7 @@ type collector struct {
 	storeSlotsFree, storeStripesOpen, storeCleanerBytes, storeHostBytes       desc
 	storeDeviceBytes, storeWriteAmp                                           desc
 	storeIdleBytes, storeCompactions, storeSlotsPunched                       desc
+	storeJournalRecords, storeJournalBytes                                    desc
 
 	scrubRunning, scrubPasses, scrubPassStripes, scrubPassDone, scrubLastPass desc
 	scrubChecked, scrubDamaged, scrubRepaired, scrubUnrecoverable             desc
@@ -150,11 +151,13 @@ func newCollector(src Sources) *collector {
 		storeStripesOpen:     newDesc(G, "store_stripes_open", "Log stripes in memory: open, or being written."),
 		storeCleanerBytes:    newDesc(C, "store_cleaner_bytes_total", "Data the cleaner moved since the store was opened."),
 		storeHostBytes:       newDesc(C, "store_host_bytes_total", "Data written by callers since the store was opened."),
-		storeDeviceBytes:     newDesc(C, "store_device_bytes_total", "Bytes written to the shard files since the store was opened."),
+		storeDeviceBytes:     newDesc(C, "store_device_bytes_total", "Bytes written to the shard and journal files since the store was opened."),
 		storeWriteAmp:        newDesc(G, "store_write_amplification", "Device bytes written per host byte since the store was opened (0 before any write)."),
 		storeIdleBytes:       newDesc(C, "store_idle_cleaner_bytes_total", "Data the cleaner's idle passes moved (part of store_cleaner_bytes_total)."),
 		storeCompactions:     newDesc(C, "store_compactions_total", "Idle passes finished, each with its trimming checkpoint."),
 		storeSlotsPunched:    newDesc(C, "store_slots_punched_total", "Free slots whose blocks trimming checkpoints gave back to the file system, counted per device."),
+		storeJournalRecords:  newDesc(C, "store_journal_records_total", "Flushes that made the open stripe's data durable in the journal instead of a short stripe."),
+		storeJournalBytes:    newDesc(C, "store_journal_bytes_total", "Bytes those journal records wrote, every copy and header included (part of store_device_bytes_total)."),
 
 		scrubRunning:        newDesc(G, "scrub_running", "1 while a full background scrub pass runs."),
 		scrubPasses:         newDesc(C, "scrub_passes_total", "Full background scrub passes finished."),
@@ -189,6 +192,7 @@ func (c *collector) descs() []desc {
 		c.storeAutoCommits, c.storeLive, c.storeDead, c.storeSlotsUsed,
 		c.storeSlotsFree, c.storeStripesOpen, c.storeCleanerBytes, c.storeHostBytes,
 		c.storeDeviceBytes, c.storeWriteAmp, c.storeIdleBytes, c.storeCompactions, c.storeSlotsPunched,
+		c.storeJournalRecords, c.storeJournalBytes,
 		c.scrubRunning, c.scrubPasses, c.scrubPassStripes, c.scrubPassDone, c.scrubLastPass,
 		c.scrubChecked, c.scrubDamaged, c.scrubRepaired, c.scrubUnrecoverable,
 		c.scrubShardsRepaired, c.scrubBytes,
@@ -323,6 +327,8 @@ func (c *collector) collectStore(s *chunkstore.Store, emit emitFunc) {
 	emit(c.storeIdleBytes, float64(st.IdleBytes))
 	emit(c.storeCompactions, float64(st.Compactions))
 	emit(c.storeSlotsPunched, float64(st.SlotsPunched))
+	emit(c.storeJournalRecords, float64(st.JournalRecords))
+	emit(c.storeJournalBytes, float64(st.JournalBytes))
 }
 
 func (c *collector) collectScrub(st *ScrubStats, emit emitFunc) {

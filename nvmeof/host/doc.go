@@ -20,7 +20,7 @@
 // iwarp://, shm://, and rdma://, which is the cgo verbs provider when
 // built with -tags rdma), so a program needs no import beyond this one;
 // tcp:// is the package's own. The fault wrapper (fault+SCHEME://) comes
-// with an import of rdma/fault or rdma/providers.
+// with an import of rdma/fault.
 //
 // # Identity
 //
@@ -56,7 +56,9 @@
 //     is described by a Transport SGL Data Block (5Ah), and commands
 //     without data carry one of length 0. Nothing is registered: slots and
 //     buffers are plain memory, admin data moves straight to and from the
-//     caller's slice.
+//     caller's slice, and so does the data of reads and writes in memory
+//     of Controller.AllocBuffer (PDUs written from it, C2HData read into
+//     it; see Commands and data).
 //   - R2Ts are answered with H2CData PDUs of at most MAXH2CDATA bytes from
 //     the slot's memory; C2HData is read from the socket straight into
 //     the caller's buffer when the command's range lies in it (else into
@@ -132,8 +134,9 @@
 // send queues drain); a larger one is signaled, and its slot is reused
 // only once both its Send and its response have completed.
 //
-// Data never leaves registered memory the host owns; the caller's buffers
-// are copied, never registered:
+// Data never leaves registered memory: the host's own, into and out of
+// which the caller's buffers are copied (they are never registered), or
+// the caller's registered memory of AllocBuffer, which is not copied:
 //
 //   - Writes of up to the in-capsule size (IOCCSZ*16-64 when SGLS bit 20
 //     is set, at most 16 KiB and MDTS) travel in the capsule (SGL Data
@@ -144,6 +147,17 @@
 //     lowered to MDTS); the controller RDMA-Reads writes from it and
 //     RDMA-Writes reads into it. Writes are copied in when the command is
 //     issued, reads copied out when it completes.
+//   - Controller.AllocBuffer returns memory outside the Go heap
+//     (buffers.go: an anonymous mapping, registered once with the
+//     controller's PD; on shm the provider's own memory; on TCP plain
+//     mapped memory); FreeBuffer and Close release it. A read or write chunk that lies wholly in it takes
+//     no large buffer and no copy: its keyed SGL (40h) names that memory,
+//     and a write that travels in the capsule is a Send of two SGEs, the
+//     SQE from the slot and the data from that memory (one SGE, copied,
+//     when the capsule is small enough to go inline). The lookup is by
+//     address, lock-free and allocation-free (TestAllocBufferNoCopy: the
+//     host's slots and buffers see none of that data). Memory of another
+//     Controller is plain memory here.
 //   - Admin and Fabrics data (Connect on the admin queue, Identify, Get
 //     Log Page) uses a region registered for that command alone and a
 //     keyed SGL with invalidate (4Fh); a response that invalidates any
@@ -295,7 +309,7 @@
 // Why resubmitting is safe. Every command this package issues on an I/O
 // queue is idempotent: running it twice leaves the namespace as running it
 // once. A read has no effect; a write stores the same bytes at the same
-// LBAs (the data is copied again from the caller's buffer, which the
+// LBAs (the data is taken again from the caller's buffer, which the
 // caller may not touch until the request completes); Write Zeroes and
 // deallocation set the same blocks to the same state; Flush only makes
 // durable what is already written. A command in flight at a loss has one
@@ -351,8 +365,11 @@
 //   - The I/O buffer pools stay registered, with remote read and write
 //     access, for the life of a connection: a controller can read or write
 //     them at any time, not only while a command names them. The host
-//     trusts the controller it connects to with its pools (never with the
-//     caller's memory, which is not registered).
+//     trusts the controller it connects to with its pools, and with the
+//     memory the caller took from AllocBuffer, registered the same way
+//     until FreeBuffer or Close (never with the caller's other memory,
+//     which is not registered). Close releases that memory: the caller
+//     must not touch it after.
 //   - Done runs on a queue goroutine: it must not block, and must not wait
 //     for I/O of its own queue (a synchronous ReadAt in Done can deadlock).
 //     Submit from Done is fine; Close from Done deadlocks (Close waits for
