@@ -24,6 +24,13 @@ const (
 	// journalFile (journal.go): the ring of flush records
 )
 
+// DeviceFiles returns the names of the files a device directory of a
+// store may hold: its own files, and the temporary name its identity
+// record is written under.
+func DeviceFiles() []string {
+	return []string{identityFile, identityFile + ".tmp", shardFile, metaFile, journalFile}
+}
+
 // DeviceState says how the store uses a device.
 type DeviceState int32
 

@@ -268,10 +268,9 @@ func sameDir(a, b string) bool {
 	return errA == nil && errB == nil && pa == pb
 }
 
-// deviceFiles are the names a device directory holds (chunkstore's doc.go:
-// identity, shards, meta.db; identity.tmp while the identity is written),
-// and what a fresh file system puts in its root.
-var deviceFiles = []string{"identity", "identity.tmp", "shards", "meta.db", "lost+found"}
+// deviceFiles are the names a device directory holds
+// (chunkstore.DeviceFiles), and what a fresh file system puts in its root.
+var deviceFiles = append(chunkstore.DeviceFiles(), "lost+found")
 
 // checkReplacement refuses a directory that holds anything but a device's
 // own files, so a mistyped --device does not turn a directory of other
