@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +52,68 @@ type Client struct {
 	// one sent again after a loss with its first run's outcome.
 	reqBase uint64
 	reqSeq  atomic.Uint32
+
+	// self is the process's own credential, which operations run for
+	// when their context names none (WithCred).
+	self *Credential
+}
+
+// Credential is a Cred made ready to send (its record and ID), for a
+// caller that runs many operations for one Cred: WithCredential attaches
+// it to a context without the work WithCred does each time. It is
+// immutable and safe to share.
+type Credential struct {
+	rec []byte
+	id  uint64
+}
+
+// NewCredential prepares c: its groups sorted, without repeats, cut to
+// the protocol's 1024.
+func NewCredential(c Cred) *Credential {
+	g := slices.Clone(c.Groups)
+	slices.Sort(g)
+	g = slices.Compact(g)
+	if len(g) > proto.MaxGroups {
+		g = g[:proto.MaxGroups]
+	}
+	pc := proto.Cred{UID: c.Uid, GID: c.Gid, Groups: g}
+	rec := make([]byte, pc.Size())
+	pc.MarshalTo(rec)
+	return &Credential{rec: rec, id: pc.ID()}
+}
+
+// processCred is the calling process's uid, gid and supplementary
+// groups.
+func processCred() Cred {
+	c := Cred{Uid: uint32(syscall.Getuid()), Gid: uint32(syscall.Getgid())}
+	if gs, err := syscall.Getgroups(); err == nil {
+		for _, g := range gs {
+			c.Groups = append(c.Groups, uint32(g))
+		}
+	}
+	return c
+}
+
+type credKey struct{}
+
+// WithCred returns a context under which the client's operations run for
+// c instead of the process's own credentials: the server checks access
+// as c (the FUSE mount passes each request's caller this way).
+func WithCred(ctx context.Context, c Cred) context.Context {
+	return WithCredential(ctx, NewCredential(c))
+}
+
+// WithCredential is WithCred for a prepared credential.
+func WithCredential(ctx context.Context, c *Credential) context.Context {
+	return context.WithValue(ctx, credKey{}, c)
+}
+
+// credOf returns the credential an operation under ctx runs for.
+func (c *Client) credOf(ctx context.Context) *Credential {
+	if v, ok := ctx.Value(credKey{}).(*Credential); ok && v != nil {
+		return v
+	}
+	return c.self
 }
 
 // Dial connects to the target at url (tcp://host:port, iwarp://host:port,
@@ -64,7 +127,8 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if cfg.reconnectTimeout <= 0 {
 		return nil, fmt.Errorf("capfs: reconnect timeout %v: %w", cfg.reconnectTimeout, syscall.EINVAL)
 	}
-	c := &Client{url: url, cfg: cfg, log: cfg.logger, uid: uint32(syscall.Getuid()), gid: uint32(syscall.Getgid())}
+	c := &Client{url: url, cfg: cfg, log: cfg.logger, uid: uint32(syscall.Getuid()), gid: uint32(syscall.Getgid()),
+		self: NewCredential(processCred())}
 	var nonce [4]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return nil, fmt.Errorf("capfs: %w: %w", syscall.EIO, err)
@@ -224,6 +288,12 @@ func (c *Client) do(ctx context.Context, k *call) error {
 	defer c.calls.Put(p)
 	p.Cmd = nvmeof.Command{Opcode: k.op, CDW2: k.cdw2, CDW3: k.cdw3, CDW14: k.cdw14, CDW15: k.cdw15}
 	proto.SetArgs(&p.Cmd, k.a0, k.a1)
+	var cr *Credential
+	if k.op != proto.OpCred {
+		cr = c.credOf(ctx)
+		p.Cmd.MPTR = cr.id
+	}
+	registered := 0
 	if !k.idem && proto.HasRequestID(k.op) {
 		// Not idempotent: a request ID makes sending it again safe.
 		id := c.reqBase | uint64(c.reqSeq.Add(1))
@@ -260,6 +330,15 @@ func (c *Client) do(ctx context.Context, k *call) error {
 		}
 		if err != nil {
 			return c.transportError(k.op, err)
+		}
+		if k.dw0 == uint32(syscall.ENOKEY) && k.op != proto.OpCred && registered < 3 {
+			// The server does not hold the credential (it restarted, or
+			// never saw it): nothing ran; register it and send again.
+			registered++
+			if err := c.do(ctx, &call{op: proto.OpCred, a0: cr.id, in: cr.rec, idem: true}); err != nil {
+				return err
+			}
+			continue
 		}
 		if k.dw0 != 0 && !k.noErrno {
 			return syscall.Errno(k.dw0)
@@ -386,8 +465,10 @@ func (c *Client) SetAttr(ctx context.Context, ino Ino, in SetAttr) (Attr, error)
 
 func ids(uid, gid uint32) uint64 { return uint64(uid) | uint64(gid)<<32 }
 
-// Mknod makes a regular file (S_IFREG) or a FIFO (S_IFIFO); other types
-// get EPERM.
+// Mknod makes a regular file (S_IFREG), a FIFO (S_IFIFO), a socket
+// (S_IFSOCK), or for a root caller a block or character device (S_IFBLK,
+// S_IFCHR, rdev in Linux's encoding; EPERM for others); other types get
+// EINVAL.
 func (c *Client) Mknod(ctx context.Context, parent Ino, name string, mode, rdev, uid, gid uint32) (Attr, error) {
 	if err := checkName(name); err != nil {
 		return Attr{}, err
@@ -503,6 +584,12 @@ func (c *Client) OpenAttr(ctx context.Context, ino Ino, flags int) (Handle, Attr
 		return 0, Attr{}, fmt.Errorf("capfs: OPEN: malformed reply: %w", syscall.EIO)
 	}
 	return Handle(le64(buf[:])), attrOf(&a), nil
+}
+
+// Access reports whether the caller may access ino as mask (access(2)'s
+// R_OK 4, W_OK 2, X_OK 1; 0: whether it exists): nil, or EACCES.
+func (c *Client) Access(ctx context.Context, ino Ino, mask uint32) error {
+	return c.do(ctx, &call{op: proto.OpAccess, a0: uint64(ino), cdw14: mask, idem: true})
 }
 
 // Release closes a handle.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -294,8 +295,14 @@ func TestSpecialFilesAndAllocation(t *testing.T) {
 		p, err := c.Mknod(ctx, capfs.RootIno, "pipe", syscall.S_IFIFO|0o600, 0, uid, gid)
 		require.NoError(t, err)
 		require.Equal(t, uint32(syscall.S_IFIFO|0o600), p.Mode)
-		_, err = c.Mknod(ctx, capfs.RootIno, "dev", syscall.S_IFBLK|0o600, 0x801, uid, gid)
-		requireErrno(t, syscall.EPERM, err)
+		dev, err := c.Mknod(ctx, capfs.RootIno, "dev", syscall.S_IFBLK|0o600, 0x801, uid, gid)
+		if os.Geteuid() == 0 {
+			require.NoError(t, err, "root makes device nodes")
+			require.Equal(t, uint32(syscall.S_IFBLK|0o600), dev.Mode)
+			require.Equal(t, uint32(0x801), dev.Rdev)
+		} else {
+			requireErrno(t, syscall.EPERM, err, "only root makes device nodes")
+		}
 		r, err := c.Mknod(ctx, capfs.RootIno, "reg", syscall.S_IFREG|0o600, 0, uid, gid)
 		require.NoError(t, err)
 
@@ -348,5 +355,41 @@ func TestConcurrentWriters(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, bytes.Equal(want[i], got), "file %d", i)
 		}
+	})
+}
+
+// TestCredentials: operations run for the process, or for the caller a
+// context names (WithCred); the target checks each. The first command
+// with a credential the target does not hold registers it on the way
+// (ENOKEY, CRED, again), also after the target restarts.
+func TestCredentials(t *testing.T) {
+	forEachTransport(t, server.Options{}, func(t *testing.T, tt *fstest.Target, c *capfs.Client) {
+		ctx := context.Background()
+		f, h, err := c.Create(ctx, capfs.RootIno, "private", 0o600, uid, gid, os.O_CREATE|os.O_RDWR)
+		require.NoError(t, err)
+		require.NoError(t, c.Release(ctx, f.Ino, h))
+		d, err := c.Mkdir(ctx, capfs.RootIno, "open", 0o777, uid, gid)
+		require.NoError(t, err)
+		if os.Geteuid() != 0 {
+			return // the rest acts as other users, which takes root
+		}
+		mode := uint32(0o777)
+		_, err = c.SetAttr(ctx, d.Ino, capfs.SetAttr{Mode: &mode})
+		require.NoError(t, err)
+		bob := capfs.WithCred(ctx, capfs.Cred{Uid: 2001, Gid: 2001, Groups: []uint32{5, 5, 3}})
+		_, err = c.Open(bob, f.Ino, os.O_RDONLY)
+		requireErrno(t, syscall.EACCES, err, "bob may not read root's 0600 file")
+		requireErrno(t, syscall.EACCES, c.Access(bob, f.Ino, 4))
+		require.NoError(t, c.Access(ctx, f.Ino, 4), "root may")
+		a, err := c.Mkdir(bob, d.Ino, "bobs", 0o755, 0, 0)
+		require.NoError(t, err)
+		assert.Equal(t, [2]uint32{2001, 2001}, [2]uint32{a.Uid, a.Gid}, "owned by the caller, not by the uid and gid passed")
+
+		tt.Stop()
+		tt.Restart(t, server.Options{})
+		_, err = c.Mkdir(bob, d.Ino, "again", 0o755, 0, 0)
+		require.NoError(t, err, "the restarted target learns the credential again")
+		_, err = c.Mkdir(bob, capfs.RootIno, "nope", 0o755, 0, 0)
+		requireErrno(t, syscall.EACCES, err)
 	})
 }

@@ -14,9 +14,9 @@
 // # Two layers
 //
 // The inode API on Client (Lookup, GetAttr, SetAttr, Mknod, Mkdir, Create,
-// Symlink, Readlink, Link, Unlink, Rmdir, Rename, Open, OpenAttr, Release,
-// Read, Write, WriteAppend, Fsync, Fallocate, ReadDir, StatFS and the
-// xattr methods) is one round trip per call, except Read, Write and
+// Symlink, Readlink, Link, Unlink, Rmdir, Rename, Open, OpenAttr, Access,
+// Release, Read, Write, WriteAppend, Fsync, Fallocate, ReadDir, StatFS and
+// the xattr methods) is one round trip per call, except Read, Write and
 // ReadDir, which split what one command cannot carry (Read and Write in
 // pieces of the controller's transfer size, sent in parallel; ReadDir in
 // pages of 64 KiB). The FUSE mount (fs/fusefs) is built on it.
@@ -28,6 +28,19 @@
 // Close. It passes testing/fstest.TestFS. It is a type of its own because
 // the inode API already has the method names Open, Create, Mkdir ... that
 // io/fs gives other signatures.
+//
+// # Credentials
+//
+// Every operation runs for a caller, whose uid, gid and supplementary
+// groups the target checks access against (fs/server's doc.go,
+// "Permissions"): the process's own, or those a context carries
+// (WithCred; the FUSE mount passes each request's caller so). A
+// credential travels as an ID in the command (protocol.go,
+// "Credentials"); the first command with one the target does not hold
+// is answered ENOKEY, and the client registers it (one more round trip,
+// also after a target restart) and sends the command again. The uid and
+// gid arguments of Mknod, Mkdir, Create and Symlink name the new
+// inode's owner only when the caller is root.
 //
 // # Data movement
 //

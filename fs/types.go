@@ -67,3 +67,12 @@ const (
 	XattrCreate  = 1
 	XattrReplace = 2
 )
+
+// Cred is the caller an operation runs for: the server decides access
+// from it (fs/server's doc.go has the rules). A client runs operations
+// for its own process's credentials unless the context names others
+// (WithCred).
+type Cred struct {
+	Uid, Gid uint32
+	Groups   []uint32 // supplementary groups; more than 1024 are cut
+}

@@ -54,15 +54,16 @@ func runFUSE(c *cli.Context) error {
 	defer client.Close()
 
 	o := fusefs.Options{
-		AttrTimeout:  c.Duration("attr-timeout"),
-		EntryTimeout: c.Duration("entry-timeout"),
-		MaxReadAhead: c.Int("max-readahead"),
-		Readers:      c.Int("fuse-readers"),
-		Splice:       c.Bool("splice"),
-		FsName:       "capsule:" + c.String("target"),
-		AllowOther:   c.Bool("allow-other"),
-		Debug:        c.Bool("fuse-debug"),
-		Logger:       log.New(c.App.ErrWriter, "fuse: ", log.LstdFlags),
+		AttrTimeout:        c.Duration("attr-timeout"),
+		EntryTimeout:       c.Duration("entry-timeout"),
+		MaxReadAhead:       c.Int("max-readahead"),
+		Readers:            c.Int("fuse-readers"),
+		Splice:             c.Bool("splice"),
+		FsName:             "capsule:" + c.String("target"),
+		AllowOther:         c.Bool("allow-other"),
+		DefaultPermissions: c.Bool("default-permissions"),
+		Debug:              c.Bool("fuse-debug"),
+		Logger:             log.New(c.App.ErrWriter, "fuse: ", log.LstdFlags),
 	}
 	return serveFUSE(c.Context, client, mnt, o, c.App.Writer, logger)
 }

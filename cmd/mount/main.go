@@ -56,7 +56,8 @@ func newApp() *cli.App {
 			&cli.IntFlag{Name: "max-readahead", Usage: "kernel read-ahead window in `BYTES` (FUSE mode; 0: the mount's default)"},
 			&cli.IntFlag{Name: "fuse-readers", Usage: "goroutines waiting for FUSE requests (FUSE mode; 0: from GOMAXPROCS)"},
 			&cli.BoolFlag{Name: "splice", Usage: "splice read replies to the kernel (FUSE mode; off: 1 MiB replies overflow the pipe)"},
-			&cli.BoolFlag{Name: "allow-other", Usage: "let other users use the mount (FUSE mode)"},
+			&cli.BoolFlag{Name: "allow-other", Usage: "let other users use the mount (FUSE mode; a mount made by root always does; a non-root user needs user_allow_other in /etc/fuse.conf)"},
+			&cli.BoolFlag{Name: "default-permissions", Usage: "let the kernel check permission bits too, from its cached attributes (FUSE mode; the target checks every request either way)"},
 			&cli.BoolFlag{Name: "fuse-debug", Usage: "log every FUSE request and reply to stderr (FUSE mode)"},
 		},
 		Action: func(c *cli.Context) error {

@@ -10,6 +10,36 @@
 // stat are the target's, stable across mounts and remounts, and a reused
 // inode number with a new generation is a new node. The root is RootIno.
 //
+// # Access
+//
+// The target decides access: every request goes to it with its caller's
+// credentials — the uid and gid of the kernel's request header and the
+// supplementary groups of /proc/PID/status, kept a second per process
+// (cred.go) — and the target checks them as Linux would (fs/server's
+// doc.go, "Permissions"). The mount is made without default_permissions,
+// so the kernel checks nothing itself, and answers access(2) and
+// chdir(2) by asking the target (ACCESS). I/O through an open file
+// (read, write, fsync, fallocate, ftruncate) runs with the credentials
+// that opened it, as a file descriptor keeps its opener's: the target
+// lets that credential do what its handle was opened for.
+//
+// A mount made by root serves every user (allow_other, whatever
+// Options.AllowOther says); a non-root mount does with AllowOther
+// (--allow-other, which needs user_allow_other in /etc/fuse.conf). On
+// such a mount the kernel's cache of names would let a user walk through
+// a directory it may not search without asking (the kernel does not
+// check search permission on cached names without default_permissions),
+// so names in a directory that not everyone may search (some x bit
+// clear, as the mount last saw its mode) are not cached: each walk
+// through them is a LOOKUP the target checks as the walker. A chmod by
+// another client is seen within AttrTimeout/EntryTimeout.
+// Options.DefaultPermissions adds the kernel's own checks (from cached
+// attributes, with the kernel's knowledge of the groups) to the
+// target's, and then names are cached everywhere.
+//
+// The mount is nodev: device nodes can be made (by root), listed and
+// stat'ed with their type and device number, but not opened.
+//
 // # Caching and close-to-open consistency
 //
 // Attributes and names are cached by the kernel for Options.AttrTimeout
@@ -82,8 +112,9 @@
 // # Library
 //
 // github.com/hanwen/go-fuse/v2 (fs and fuse packages), mounted through
-// fusermount3 without allow_other unless asked, with default_permissions:
-// the kernel checks permission bits, so EACCES comes from the kernel.
+// fusermount3 (or directly, as root) with nodev, allow_other for root
+// or when asked, and without default_permissions unless asked: EACCES
+// and EPERM come from the target.
 //
 // # Concurrency
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	capfs "github.com/capsule-storage/capsule/fs"
 	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
@@ -503,4 +504,47 @@ func TestBlocks(t *testing.T) {
 	require.NoError(t, syscall.Stat(f, &st))
 	assert.Equal(t, int64(a.Blocks), st.Blocks)
 	assert.EqualValues(t, memPage/512, st.Blocks)
+}
+
+// TestCallerGroups: the mount reads a caller's supplementary groups from
+// /proc, as this process's own show.
+func TestCallerGroups(t *testing.T) {
+	gs, err := syscall.Getgroups()
+	require.NoError(t, err)
+	var want []uint32
+	for _, g := range gs {
+		want = append(want, uint32(g))
+	}
+	got := readGroups(uint32(os.Getpid()))
+	assert.ElementsMatch(t, want, got)
+	assert.Nil(t, readGroups(0), "no process")
+	k := groupsKey{pid: uint32(os.Getpid()), uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
+	var cache groupsCache
+	c := cache.get(k)
+	assert.Equal(t, capfs.NewCredential(capfs.Cred{Uid: k.uid, Gid: k.gid, Groups: want}), c)
+	assert.Same(t, c, cache.get(k), "kept for groupsTTL")
+	assert.Equal(t, capfs.NewCredential(capfs.Cred{}), cache.get(groupsKey{}), "a request without a pid has no groups")
+}
+
+// TestEntryTimeoutGuard: on a mount that serves other users and leaves
+// access to the target, names in a directory not everyone may search are
+// not cached (the kernel would walk through them unchecked); elsewhere
+// they get the mount's entry timeout.
+func TestEntryTimeoutGuard(t *testing.T) {
+	for _, c := range []struct {
+		guarded bool
+		mode    uint32
+		want    time.Duration
+	}{
+		{true, syscall.S_IFDIR | 0o755, time.Second},
+		{true, syscall.S_IFDIR | 0o1777, time.Second},
+		{true, syscall.S_IFDIR | 0o750, 0},
+		{true, syscall.S_IFDIR | 0o700, 0},
+		{true, syscall.S_IFDIR | 0o745, 0},
+		{false, syscall.S_IFDIR | 0o700, time.Second},
+	} {
+		n := &node{fsys: &fileSystem{entryTimeout: time.Second, guardedEntries: c.guarded}}
+		n.mode.Store(c.mode)
+		assert.Equal(t, c.want, n.entryTimeoutIn(), "guarded %v, mode %#o", c.guarded, c.mode)
+	}
 }

@@ -45,8 +45,13 @@ type Options struct {
 
 	// FsName names the source in /proc/mounts (default "capsule").
 	FsName string
-	// AllowOther lets users other than the mounter use the mount.
+	// AllowOther lets users other than the mounter use the mount. A
+	// mount made by root always does (doc.go, "Access").
 	AllowOther bool
+	// DefaultPermissions adds the kernel's own permission checks
+	// (default_permissions) to the target's, which decide either way;
+	// see doc.go, "Access", for what that changes.
+	DefaultPermissions bool
 	// Debug logs every FUSE request and reply.
 	Debug bool
 	// Logger receives go-fuse's diagnostics (default: log.Default()).
@@ -80,10 +85,15 @@ func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 	if name == "" {
 		name = "capsule"
 	}
+	allowOther := o.AllowOther || os.Geteuid() == 0
+	mopts := []string{"nodev"}
+	if o.DefaultPermissions {
+		mopts = append(mopts, "default_permissions")
+	}
 	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
-			AllowOther:    o.AllowOther,
-			Options:       []string{"default_permissions"},
+			AllowOther:    allowOther,
+			Options:       mopts,
 			MaxWrite:      MaxWrite,
 			MaxReadAhead:  readAhead,
 			FsName:        name,
@@ -93,14 +103,16 @@ func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 			Debug:         o.Debug,
 			Logger:        o.Logger,
 		},
-		AttrTimeout:     &attr,
-		EntryTimeout:    &entry,
+		AttrTimeout: &attr,
+		// No EntryTimeout: every entry gets its own (newChild).
 		NegativeTimeout: &zero,
 		NullPermissions: true,
 		RootStableAttr:  &fs.StableAttr{Ino: uint64(RootIno), Gen: root.Gen},
 		Logger:          o.Logger,
 	}
-	n := &node{fsys: &fileSystem{c: c}, ino: RootIno}
+	fsys := &fileSystem{c: c, entryTimeout: entry, guardedEntries: allowOther && !o.DefaultPermissions}
+	n := &node{fsys: fsys, ino: RootIno}
+	n.mode.Store(root.Mode)
 	if o.Readers > 0 {
 		prev := runtime.GOMAXPROCS(o.Readers)
 		defer runtime.GOMAXPROCS(prev)

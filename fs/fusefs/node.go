@@ -13,6 +13,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	capfs "github.com/capsule-storage/capsule/fs"
 )
 
 // maxNameLen is the longest name a directory entry may have, in bytes.
@@ -21,6 +23,12 @@ const maxNameLen = 255
 // fileSystem is what every node of one mount shares.
 type fileSystem struct {
 	c Client
+	// entryTimeout is how long the kernel may cache a name (Options).
+	entryTimeout time.Duration
+	// guardedEntries: the mount serves other users and leaves access to
+	// the target, so names in a directory not everyone may search are
+	// not cached (see entryTimeoutIn).
+	guardedEntries bool
 }
 
 // node is one inode of the mount: a directory, regular file, symlink or
@@ -42,6 +50,9 @@ type node struct {
 	// lookedUp is when a lookup last returned this node (Unix
 	// nanoseconds), or 0 once a call on the node has succeeded since.
 	lookedUp atomic.Int64
+
+	// mode is the mode of the last attributes seen for the node.
+	mode atomic.Uint32
 
 	locks lockTable // fcntl and flock locks of this mount's opens
 }
@@ -90,16 +101,52 @@ var (
 	_ = (fs.NodeListxattrer)((*node)(nil))
 	_ = (fs.NodeRemovexattrer)((*node)(nil))
 	_ = (fs.NodeOpendirHandler)((*node)(nil))
+	_ = (fs.NodeAccesser)((*node)(nil))
 )
 
-// opContext is the context a client call runs under. It keeps the
-// caller's identity but not the kernel's interrupt: the kernel
+// accesser is a Client that answers access(2) (*capfs.Client.Access).
+type accesser interface {
+	Access(ctx context.Context, ino Ino, mask uint32) error
+}
+
+var _ accesser = (*capfs.Client)(nil)
+
+// Access answers access(2), faccessat(2) and chdir(2): the target
+// decides, as the caller. A Client without Access gets ENOSYS, which
+// the kernel takes as "no checks" from then on.
+func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	a, ok := n.fsys.c.(accesser)
+	if !ok {
+		return syscall.ENOSYS
+	}
+	return errnoOf(a.Access(opContext(ctx), n.ino, mask))
+}
+
+// opContext is the context a client call runs under. It carries the
+// caller's credentials (callerCred), which the target checks access
+// against, but not the kernel's interrupt: the kernel
 // interrupts a request whenever the calling thread gets any signal (Go
 // programs get SIGURG all the time), and a create or rename the target
 // has done must not turn into EINTR. Every client call is bounded by
 // the client's reconnect timeout instead, so none hangs for ever.
 func opContext(ctx context.Context) context.Context {
-	return context.WithoutCancel(ctx)
+	octx := context.WithoutCancel(ctx)
+	if c := callerCred(ctx); c != nil {
+		return capfs.WithCredential(octx, c)
+	}
+	return octx
+}
+
+// handleContext is opContext for I/O through an open file: it runs for
+// the credentials that opened it, as a file descriptor keeps its
+// opener's (a process that opened a file and then dropped privileges
+// still reads and writes it; the target lets a handle's credential do
+// what the handle was opened for).
+func handleContext(ctx context.Context, f fs.FileHandle) context.Context {
+	if fh, ok := f.(*fileHandle); ok && fh.cred != nil {
+		return capfs.WithCredential(context.WithoutCancel(ctx), fh.cred)
+	}
+	return opContext(ctx)
 }
 
 // errnoOf returns the errno the kernel gets for err: the syscall.Errno
@@ -187,11 +234,28 @@ func timeParts(t time.Time) (uint64, uint32) {
 // node it already has when a is an inode it knows.
 func (n *node) newChild(ctx context.Context, a *Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(&out.Attr, a)
+	out.SetEntryTimeout(n.entryTimeoutIn())
 	child := n.NewInode(ctx, &node{fsys: n.fsys, ino: a.Ino}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: a.Gen})
 	if c, ok := child.Operations().(*node); ok {
 		c.lookedUp.Store(time.Now().UnixNano())
+		c.mode.Store(a.Mode)
 	}
 	return child
+}
+
+// entryTimeoutIn is how long the kernel may cache a name in the
+// directory n. Without default_permissions the kernel checks nothing
+// when it walks a path through names it has cached, so on a mount that
+// serves other users a cached name in a directory some user may not
+// search would let that user through without the target's check: such
+// names are not cached (every walk through them is a LOOKUP, checked as
+// its caller). A directory everyone may search (all three x bits) gives
+// its names the mount's entry timeout.
+func (n *node) entryTimeoutIn() time.Duration {
+	if n.fsys.guardedEntries && n.mode.Load()&0o111 != 0o111 {
+		return 0
+	}
+	return n.fsys.entryTimeout
 }
 
 // dataChanged records that this mount changed the file's data.
@@ -223,6 +287,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return n.staleOf(syscall.ENOENT)
 	}
 	n.used()
+	n.mode.Store(a.Mode)
 	fillAttr(&out.Attr, &a)
 	return 0
 }
@@ -263,7 +328,11 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	var a Attr
 	var err error
 	if set {
-		a, err = n.fsys.c.SetAttr(opContext(ctx), n.ino, s)
+		octx := opContext(ctx)
+		if s.Size != nil && f != nil {
+			octx = handleContext(ctx, f) // ftruncate: the opener's right to write
+		}
+		a, err = n.fsys.c.SetAttr(octx, n.ino, s)
 		if s.Size != nil {
 			n.dataChanged()
 		}
@@ -273,6 +342,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if err != nil {
 		return n.staleOf(err)
 	}
+	n.mode.Store(a.Mode)
 	fillAttr(&out.Attr, &a)
 	return 0
 }
@@ -287,7 +357,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errnoOf(err)
 	}
 	child := n.newChild(ctx, &a, out)
-	return child, &fileHandle{h: h}, 0, 0
+	return child, newFileHandle(ctx, h), 0, 0
 }
 
 // Tmpfile makes an unnamed file (open with O_TMPFILE): the target has
@@ -311,8 +381,9 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	}
 	a.Nlink = 0
 	fillAttr(&out.Attr, &a)
+	out.SetEntryTimeout(n.entryTimeoutIn())
 	child := n.NewInode(ctx, &node{fsys: n.fsys, ino: a.Ino}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(a.Ino), Gen: a.Gen})
-	return child, &fileHandle{h: h}, 0, 0
+	return child, newFileHandle(ctx, h), 0, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -418,13 +489,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	keep := n.seenValid && n.seen.equal(v)
 	n.seen, n.seenValid = v, true
 	n.mu.Unlock()
+	fh := newFileHandle(ctx, h)
 	if keep {
-		return &fileHandle{h: h}, fuse.FOPEN_KEEP_CACHE, 0
+		return fh, fuse.FOPEN_KEEP_CACHE, 0
 	}
 	// Attributes only (offset -1): the pages go because the reply lacks
 	// FOPEN_KEEP_CACHE. ENOENT means the kernel holds nothing to drop.
 	_ = n.NotifyContent(-1, 0)
-	return &fileHandle{h: h}, 0, 0
+	return fh, 0, 0
 }
 
 // openAttr opens the inode and returns the attributes as of the open:
@@ -441,9 +513,15 @@ func (n *node) openAttr(ctx context.Context, flags int) (Handle, Attr, error) {
 	return h, a, err
 }
 
-// fileHandle is an open file: the target's handle for it.
+// fileHandle is an open file: the target's handle for it, and the
+// credential that opened it (nil: the request named none).
 type fileHandle struct {
-	h Handle
+	h    Handle
+	cred *capfs.Credential
+}
+
+func newFileHandle(ctx context.Context, h Handle) *fileHandle {
+	return &fileHandle{h: h, cred: callerCred(ctx)}
 }
 
 func handleOf(f fs.FileHandle) Handle {
@@ -461,7 +539,7 @@ func (n *node) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 }
 
 func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	m, err := n.fsys.c.Read(opContext(ctx), n.ino, handleOf(f), dest, off)
+	m, err := n.fsys.c.Read(handleContext(ctx, f), n.ino, handleOf(f), dest, off)
 	if err != nil {
 		return nil, errnoOf(err)
 	}
@@ -469,7 +547,7 @@ func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 }
 
 func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	m, err := n.fsys.c.Write(opContext(ctx), n.ino, handleOf(f), data, off)
+	m, err := n.fsys.c.Write(handleContext(ctx, f), n.ino, handleOf(f), data, off)
 	n.dataChanged()
 	if err != nil && m == 0 {
 		return 0, errnoOf(err)
@@ -483,11 +561,11 @@ func (n *node) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
 }
 
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	return errnoOf(n.fsys.c.Fsync(opContext(ctx), n.ino, handleOf(f), flags&1 != 0))
+	return errnoOf(n.fsys.c.Fsync(handleContext(ctx, f), n.ino, handleOf(f), flags&1 != 0))
 }
 
 func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
-	err := n.fsys.c.Fallocate(opContext(ctx), n.ino, handleOf(f), mode, int64(off), int64(size))
+	err := n.fsys.c.Fallocate(handleContext(ctx, f), n.ino, handleOf(f), mode, int64(off), int64(size))
 	n.dataChanged()
 	return errnoOf(err)
 }

@@ -11,16 +11,16 @@ import (
 // device time), without any transport.
 func BenchmarkServerRead(b *testing.B) {
 	s := newServer(b, Options{})
-	f, h, err := s.create(root, []byte("f"), 0o644, 0, 0, 0)
+	f, h, err := s.create(rootCred, root, []byte("f"), 0o644, 0, 0, 0)
 	require.NoError(b, err)
-	_, err = s.write(f.Ino, 0, make([]byte, 4<<20), false)
+	_, err = s.write(rootCred, f.Ino, 0, make([]byte, 4<<20), false)
 	require.NoError(b, err)
 	buf := make([]byte, 4096)
 	b.SetBytes(4096)
 	b.ReportAllocs()
 	off := int64(0)
 	for b.Loop() {
-		if _, err := s.read(f.Ino, off, buf); err != nil {
+		if _, err := s.read(rootCred, f.Ino, off, buf); err != nil {
 			b.Fatal(err)
 		}
 		off = (off + 4096*37) % (4 << 20)

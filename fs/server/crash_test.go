@@ -65,7 +65,7 @@ func runCrash(t *testing.T, seed uint64) {
 		switch op := r.IntN(10); {
 		case op < 2 || len(live()) == 0:
 			name := fmt.Sprintf("f%d", i)
-			a, h, err := s.create(root, []byte(name), 0o644, 0, 0, 0)
+			a, h, err := s.create(rootCred, root, []byte(name), 0o644, 0, 0, 0)
 			if err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ func runCrash(t *testing.T, seed uint64) {
 				p[j] = byte(r.Uint32()) | 1
 			}
 			f.synced = nil
-			if _, err := s.write(f.ino, int64(off), p, false); err != nil {
+			if _, err := s.write(rootCred, f.ino, int64(off), p, false); err != nil {
 				return err
 			}
 			if end := off + size; end > len(f.data) {
@@ -98,7 +98,7 @@ func runCrash(t *testing.T, seed uint64) {
 			f := fs[r.IntN(len(fs))]
 			size := r.IntN(len(f.data) + 20000)
 			f.synced = nil
-			if _, err := s.setAttr(f.ino, &proto.SetAttr{Valid: proto.SetSize, Size: uint64(size)}); err != nil {
+			if _, err := s.setAttr(rootCred, f.ino, &proto.SetAttr{Valid: proto.SetSize, Size: uint64(size)}); err != nil {
 				return err
 			}
 			if size < len(f.data) {
@@ -110,7 +110,7 @@ func runCrash(t *testing.T, seed uint64) {
 			fs := live()
 			f := fs[r.IntN(len(fs))]
 			f.removed = true
-			if err := s.unlink(root, []byte(f.name), false); err != nil {
+			if err := s.unlink(rootCred, root, []byte(f.name), false); err != nil {
 				return err
 			}
 		default:
@@ -150,7 +150,7 @@ func runCrash(t *testing.T, seed uint64) {
 	checkInvariants(t, s)
 	require.Zero(t, s.Stats().Handles)
 	for _, f := range files {
-		a, err := s.lookup(root, []byte(f.name))
+		a, err := s.lookup(rootCred, root, []byte(f.name))
 		if f.removed {
 			continue // its unlink may or may not have committed before the crash
 		}
@@ -160,19 +160,19 @@ func runCrash(t *testing.T, seed uint64) {
 		require.NoError(t, err, "%s was synced", f.name)
 		require.Equal(t, uint64(len(f.synced)), a.Size, f.name)
 		got := make([]byte, len(f.synced))
-		n, err := s.read(a.Ino, 0, got)
+		n, err := s.read(rootCred, a.Ino, 0, got)
 		require.NoError(t, err)
 		require.Equal(t, len(got), n)
 		require.True(t, bytes.Equal(f.synced, got), "%s reads as at the last sync", f.name)
 	}
 	// It keeps working.
-	a, h, err := s.create(root, []byte("after"), 0o644, 0, 0, 0)
+	a, h, err := s.create(rootCred, root, []byte("after"), 0o644, 0, 0, 0)
 	require.NoError(t, err)
 	p := bytes.Repeat([]byte("after the crash "), 2000)
-	_, err = s.write(a.Ino, 0, p, false)
+	_, err = s.write(rootCred, a.Ino, 0, p, false)
 	require.NoError(t, err)
 	got := make([]byte, len(p))
-	_, err = s.read(a.Ino, 0, got)
+	_, err = s.read(rootCred, a.Ino, 0, got)
 	require.NoError(t, err)
 	require.Equal(t, p, got)
 	require.NoError(t, s.release(a.Ino, h))

@@ -60,7 +60,7 @@ func (s *Server) readBlock(ino uint64, b int64, p []byte, lo int64) error {
 }
 
 // read reads from a regular file at off into buf.
-func (s *Server) read(ino uint64, off int64, buf []byte) (int, error) {
+func (s *Server) read(c *cred, ino uint64, off int64, buf []byte) (int, error) {
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
@@ -90,7 +90,11 @@ func (s *Server) read(ino uint64, off int64, buf []byte) (int, error) {
 		return 0, syscall.EISDIR
 	case !n.isReg():
 		return 0, syscall.EINVAL
-	case off >= int64(n.Size):
+	}
+	if err := s.checkData(c, ino, n, mayRead); err != nil {
+		return 0, err
+	}
+	if off >= int64(n.Size) {
 		return 0, nil
 	}
 	want := int(min(int64(len(buf)), int64(n.Size)-off))
@@ -157,8 +161,9 @@ func (s *Server) spill(ino uint64, data []byte, added *int64) error {
 }
 
 // write writes data at off (or at the end with appending) and returns the
-// bytes written.
-func (s *Server) write(ino uint64, off int64, data []byte, appending bool) (int, error) {
+// bytes written. A write by anyone but root drops the set-user-ID and
+// set-group-ID bits (killPriv).
+func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bool) (int, error) {
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
@@ -186,6 +191,10 @@ func (s *Server) write(ino uint64, off int64, data []byte, appending bool) (int,
 	case !n.isReg():
 		return 0, syscall.EINVAL
 	}
+	if err := s.checkData(c, ino, n, mayWrite); err != nil {
+		return 0, err
+	}
+	kill := !c.root() && n.Mode&(sISUID|sISGID) != 0
 	if appending {
 		off = int64(n.Size)
 	}
@@ -212,6 +221,9 @@ func (s *Server) write(ino uint64, off int64, data []byte, appending bool) (int,
 				return err
 			}
 			n.Size, n.Mtime, n.Ctime = uint64(newSize), now, now
+			if kill {
+				killPriv(n)
+			}
 			if err := tx.Bucket(bucketData).Put(inoKey(ino), buf); err != nil {
 				return err
 			}
@@ -273,20 +285,21 @@ func (s *Server) write(ino uint64, off int64, data []byte, appending bool) (int,
 		}
 		if err := s.putBlock(ino, b, block, &added); err != nil {
 			s.used.Add(added * s.bs)
-			s.commitChunks(ino, added, size, now)
+			s.commitChunks(ino, added, size, now, kill)
 			return 0, err
 		}
 	}
 	s.used.Add(added * s.bs)
-	if err := s.commitChunks(ino, added, newSize, now); err != nil {
+	if err := s.commitChunks(ino, added, newSize, now, kill); err != nil {
 		return 0, err
 	}
 	return len(data), nil
 }
 
 // commitChunks records a data change: chunks added, the new size, the
-// modification time. An inode deleted meanwhile gets its chunks deleted.
-func (s *Server) commitChunks(ino uint64, added, newSize, now int64) error {
+// modification time, and with kill the loss of set-ID bits. An inode
+// deleted meanwhile gets its chunks deleted.
+func (s *Server) commitChunks(ino uint64, added, newSize, now int64, kill bool) error {
 	err := s.update(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
@@ -295,6 +308,9 @@ func (s *Server) commitChunks(ino uint64, added, newSize, now int64) error {
 		n.Chunks = uint64(int64(n.Chunks) + added)
 		n.Size = uint64(max(int64(n.Size), newSize))
 		n.Mtime, n.Ctime = now, now
+		if kill {
+			killPriv(n)
+		}
 		return putInode(tx, ino, n)
 	})
 	if errors.Is(err, syscall.ENOENT) {
@@ -437,8 +453,51 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 	})
 }
 
-// setAttr applies a SetAttr record.
-func (s *Server) setAttr(ino uint64, in *proto.SetAttr) (a proto.Attr, err error) {
+// checkSetAttr decides whether c may make the changes of in to n
+// (setattr_prepare and chown_ok): a truncate needs write access (the
+// mode, or a handle c opened for writing); chmod the owner (or root),
+// except that whoever may write the file may clear its set-ID bits
+// (the kernel asks so before a write when the mount does not handle
+// them itself); only root gives a file away, and the owner may change
+// its group to one of its own groups; explicit times need the owner,
+// times set to now the owner or write permission.
+func (s *Server) checkSetAttr(c *cred, ino uint64, n *inode, in *proto.SetAttr) error {
+	if in.Valid&proto.SetSize != 0 {
+		if err := s.checkData(c, ino, n, mayWrite); err != nil {
+			return err
+		}
+	}
+	if c.root() {
+		return nil
+	}
+	if in.Valid&proto.SetMode != 0 && !c.owns(n) {
+		killed := n.Mode & 0o7777 &^ (sISUID | sISGID)
+		if in.Mode != killed || !c.may(n, mayWrite) {
+			return syscall.EPERM
+		}
+	}
+	if in.Valid&proto.SetUID != 0 && (in.UID != n.UID || c.uid != n.UID) {
+		return syscall.EPERM
+	}
+	if in.Valid&proto.SetGID != 0 && (c.uid != n.UID || in.GID != n.GID && !c.inGroup(in.GID)) {
+		return syscall.EPERM
+	}
+	explicit := in.Valid&proto.SetAtime != 0 && in.Valid&proto.SetAtimeNow == 0 ||
+		in.Valid&proto.SetMtime != 0 && in.Valid&proto.SetMtimeNow == 0
+	switch {
+	case explicit && !c.owns(n):
+		return syscall.EPERM
+	case in.Valid&(proto.SetAtimeNow|proto.SetMtimeNow) != 0 && !c.owns(n) && !c.may(n, mayWrite):
+		return syscall.EACCES
+	}
+	return nil
+}
+
+// setAttr applies a SetAttr record for c. Every change sets ctime; a
+// size change (even to the same size) sets mtime unless in sets it, and
+// a truncate by anyone but root and any chown drop the set-ID bits of a
+// regular file (unless in sets the mode too, which wins).
+func (s *Server) setAttr(c *cred, ino uint64, in *proto.SetAttr) (a proto.Attr, err error) {
 	now := s.opt.Now().UnixNano()
 	if in.Valid&proto.SetSize != 0 {
 		l := s.dataLock(ino)
@@ -453,7 +512,9 @@ func (s *Server) setAttr(ino uint64, in *proto.SetAttr) (a proto.Attr, err error
 			case in.Size > maxFileSize:
 				err = syscall.EFBIG
 			default:
-				err = s.truncateLocked(ino, n, int64(in.Size), now)
+				if err = s.checkSetAttr(c, ino, n, in); err == nil {
+					err = s.truncateLocked(ino, n, int64(in.Size), now)
+				}
 			}
 		}
 		l.Unlock()
@@ -466,14 +527,30 @@ func (s *Server) setAttr(ino uint64, in *proto.SetAttr) (a proto.Attr, err error
 		if err != nil {
 			return err
 		}
-		if in.Valid&proto.SetMode != 0 {
-			n.Mode = n.Mode&sIFMT | in.Mode&0o7777
+		if in.Valid&^proto.SetSize != 0 {
+			// The size is set already: check the rest against the
+			// inode as it is in this transaction.
+			rest := *in
+			rest.Valid &^= proto.SetSize
+			if err := s.checkSetAttr(c, ino, n, &rest); err != nil {
+				return err
+			}
 		}
 		if in.Valid&proto.SetUID != 0 {
 			n.UID = in.UID
 		}
 		if in.Valid&proto.SetGID != 0 {
 			n.GID = in.GID
+		}
+		if in.Valid&(proto.SetUID|proto.SetGID) != 0 || in.Valid&proto.SetSize != 0 && !c.root() {
+			killPriv(n)
+		}
+		if in.Valid&proto.SetMode != 0 {
+			mode := in.Mode & 0o7777
+			if !c.root() && !c.inGroup(n.GID) {
+				mode &^= sISGID
+			}
+			n.Mode = n.Mode&sIFMT | mode
 		}
 		switch {
 		case in.Valid&proto.SetAtimeNow != 0:
@@ -486,6 +563,8 @@ func (s *Server) setAttr(ino uint64, in *proto.SetAttr) (a proto.Attr, err error
 			n.Mtime = now
 		case in.Valid&proto.SetMtime != 0:
 			n.Mtime = in.Mtime
+		case in.Valid&proto.SetSize != 0:
+			n.Mtime = now
 		}
 		if in.Valid != 0 {
 			n.Ctime = now
@@ -509,11 +588,16 @@ const (
 	oAppend  = 0x400
 	oWronly  = 0x1
 	oRdwr    = 0x2
+	// fmodeExec is __FMODE_EXEC, which the kernel sets in the flags of
+	// the open of a file it executes.
+	fmodeExec = 0x20
 )
 
-// open opens an inode; O_TRUNC with write access truncates a regular
-// file.
-func (s *Server) openIno(ino uint64, flags uint32) (uint64, proto.Attr, error) {
+// open opens an inode for c; O_TRUNC with write access truncates a
+// regular file. With check, c needs the access the flags ask for (read
+// for O_RDONLY, exec instead for the kernel's open of a program, write
+// also for O_TRUNC); an open of the file a create just made has none.
+func (s *Server) openIno(c *cred, ino uint64, flags uint32, check bool) (uint64, proto.Attr, error) {
 	n, err := s.viewInode(ino)
 	if err != nil {
 		return 0, proto.Attr{}, err
@@ -522,8 +606,21 @@ func (s *Server) openIno(ino uint64, flags uint32) (uint64, proto.Attr, error) {
 	if n.isDir() && (writing || flags&oTrunc != 0) {
 		return 0, proto.Attr{}, syscall.EISDIR
 	}
+	acc := openAccess(flags)
+	if check {
+		need := acc
+		if flags&fmodeExec != 0 {
+			need = need&^mayRead | mayExec
+		}
+		if flags&oTrunc != 0 {
+			need |= mayWrite
+		}
+		if err := c.check(n, need); err != nil {
+			return 0, proto.Attr{}, err
+		}
+	}
 	if n.isReg() && flags&oTrunc != 0 && writing {
-		if _, err := s.setAttr(ino, &proto.SetAttr{Valid: proto.SetSize}); err != nil {
+		if _, err := s.setAttr(c, ino, &proto.SetAttr{Valid: proto.SetSize}); err != nil {
 			return 0, proto.Attr{}, err
 		}
 	}
@@ -543,7 +640,7 @@ func (s *Server) openIno(ino uint64, flags uint32) (uint64, proto.Attr, error) {
 		if n.Nlink == 0 && tx.Bucket(bucketOrphans).Get(inoKey(ino)) == nil {
 			return syscall.ENOENT
 		}
-		s.registerHandle(h, ino)
+		s.registerHandle(h, ino, c, acc)
 		a = s.attrOf(ino, n)
 		return nil
 	})
@@ -551,11 +648,14 @@ func (s *Server) openIno(ino uint64, flags uint32) (uint64, proto.Attr, error) {
 	return h, a, err
 }
 
-// create makes and opens a regular file, or opens an existing one.
-func (s *Server) create(parent uint64, name []byte, mode, uid, gid, flags uint32) (proto.Attr, uint64, error) {
-	a, err := s.mknod(parent, name, sIFREG|mode&0o7777, 0, uid, gid)
+// create makes and opens a regular file, or opens an existing one (which
+// takes the permissions an open does; the file it makes, none).
+func (s *Server) create(c *cred, parent uint64, name []byte, mode, uid, gid, flags uint32) (proto.Attr, uint64, error) {
+	a, err := s.mknod(c, parent, name, sIFREG|mode&0o7777, 0, uid, gid)
+	check := false
 	if errors.Is(err, syscall.EEXIST) && flags&oExcl == 0 && checkNewName(name) == 0 {
-		if a, err = s.lookup(parent, name); err != nil {
+		check = true
+		if a, err = s.lookup(c, parent, name); err != nil {
 			return a, 0, err
 		}
 		if a.Mode&sIFMT == sIFDIR {
@@ -569,14 +669,14 @@ func (s *Server) create(parent uint64, name []byte, mode, uid, gid, flags uint32
 	if flags&oAccMode == 0 {
 		flags |= oWronly
 	}
-	h, a, err := s.openIno(a.Ino, flags)
+	h, a, err := s.openIno(c, a.Ino, flags, check)
 	return a, h, err
 }
 
 // fallocate allocates (mode 0 or KEEP_SIZE: the file grows to off+length
 // unless KEEP_SIZE; space is checked, not reserved) or punches a hole
 // (PUNCH_HOLE|KEEP_SIZE).
-func (s *Server) fallocate(ino uint64, mode uint32, off, length int64) error {
+func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) error {
 	if off < 0 || length <= 0 || off+length < off {
 		return syscall.EINVAL
 	}
@@ -592,6 +692,9 @@ func (s *Server) fallocate(ino uint64, mode uint32, off, length int64) error {
 		return syscall.EISDIR
 	case !n.isReg():
 		return syscall.ENODEV
+	}
+	if err := s.checkData(c, ino, n, mayWrite); err != nil {
+		return err
 	}
 	now := s.opt.Now().UnixNano()
 	end := off + length

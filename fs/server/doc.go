@@ -101,12 +101,101 @@
 //
 // Each operation returns a Linux errno in the completion's DW0 (0 for
 // success); malformed commands are refused in PrepareVendor with an NVMe
-// status before any data moves. ENOSPC comes from the Capacity option
-// (checked before data is written) or from the chunkstore. The server
-// checks no permissions: it keeps mode, uid and gid, and the edge (the
-// FUSE mount with default_permissions, or the caller) decides access,
-// so EACCES comes from there; EXDEV cannot happen inside one namespace
-// and comes from the kernel across mounts.
+// status before any data moves. ENOSPC comes from the Capacity option,
+// when set (checked before data is written), or from the chunkstore.
+// EACCES and EPERM come from the permission checks below; ENOKEY means
+// the command's credential is not registered (nothing ran). EXDEV cannot
+// happen inside one namespace and comes from the kernel across mounts.
+//
+// # Permissions
+//
+// Every command runs for a caller: the credential (uid, gid,
+// supplementary groups) its MPTR names, registered by CRED (protocol.go,
+// "Credentials"; the table keeps up to 4096 and forgets one at random
+// past that, which costs its host one more CRED). Credential 0 is root.
+// The server decides access as Linux does for a local file system
+// without ACLs (perm.go), so every client — the FUSE mount without
+// default_permissions, another mount, the Go client — is held to it:
+//
+//   - Class: the owner's bits for the owner, the group's for a member of
+//     the file's group (primary or supplementary), else the others'.
+//     Root (uid 0, CAP_DAC_OVERRIDE) passes read and write always,
+//     search of a directory always, exec of a file only when some x bit
+//     is set.
+//   - LOOKUP needs search (x) on the directory, and so does every
+//     operation on a name in it; a name that does not exist in a
+//     directory the caller may not search is EACCES, not ENOENT.
+//   - OPEN needs read for O_RDONLY, write for O_WRONLY or O_TRUNC, both
+//     for O_RDWR, and exec instead of read for the kernel's open of a
+//     program (__FMODE_EXEC). CREATE of an existing name is such an open;
+//     a CREATE that makes the file opens it whatever its mode (creat of a
+//     0444 file returns a writable handle, as POSIX says).
+//   - READ, WRITE, FALLOCATE, a truncating SETATTR and READDIR pass by the
+//     mode, or by an open handle of the same credential with that access:
+//     POSIX checks at open, and the handle stands for the open file
+//     (the mount sends a file's I/O with the credential that opened it).
+//     Handles do not survive a restart; neither do these grants.
+//   - CREATE, MKDIR, MKNOD, SYMLINK and LINK need write and search on the
+//     directory (after EEXIST, as Linux orders them). UNLINK, RMDIR and
+//     RENAME need them on each directory involved; in a sticky directory
+//     (S_ISVTX) an entry goes (unlinked, renamed away or replaced) only
+//     for root, the directory's owner or the entry's owner (EPERM
+//     otherwise). A directory that moves to another parent needs write
+//     on itself (its ".." changes).
+//   - New inodes are owned by the caller (the uid and gid in CDW12-13
+//     count only from root). In a set-group-ID directory they get its
+//     group, a new directory its set-group-ID bit, and a group-executable
+//     file loses the bit if the caller is not in that group. A
+//     set-group-ID bit chmod'ed by a caller outside the file's group is
+//     dropped.
+//   - SETATTR (setattr_prepare, chown_ok): chmod by the owner or root;
+//     chown to another uid by root only (even to the same uid by the
+//     owner only); chgrp by root, or by the owner to one of its groups;
+//     explicit times by the owner or root (EPERM), times set to now also
+//     by whoever may write (EACCES otherwise). The set-user-ID bit, and
+//     the set-group-ID bit of a group-executable file, go on any chown,
+//     on a write or truncate by anyone but root, and may be cleared by a
+//     mode change from anyone who may write the file (the kernel sends
+//     that before a write when the mount does not handle it itself; an
+//     explicit mode in the same SETATTR as a chown wins).
+//   - MKNOD of block and character devices is root's (CAP_MKNOD); the
+//     device number is kept as the host sends it (Linux's encoding) and
+//     returned in Attr.Rdev. The server never opens a device: its
+//     READ and WRITE answer EINVAL, and the mount is nodev.
+//   - Extended attributes: user.* needs read to get and write to set or
+//     remove, and exists only on regular files and directories (and on
+//     a sticky directory only its owner sets them); trusted.* is root's
+//     (others get EPERM setting and ENODATA reading, and LISTXATTR hides
+//     them); security.* and others are not checked.
+//   - POSIX ACLs are refused: system.posix_acl_access and
+//     system.posix_acl_default get EOPNOTSUPP (and are hidden from
+//     LISTXATTR, should an older database hold some). Implementing them
+//     means evaluating ACL entries in every check above, keeping the
+//     access ACL's owner, group-or-mask and other entries equal to the
+//     mode on both chmod and setxattr, and inheriting default ACLs at
+//     every create — a second permission model for little gain, since
+//     tools fall back cleanly: cp -a, told EOPNOTSUPP, chmods instead,
+//     so modes survive a copy (when the ACL was stored as a plain
+//     xattr, cp -a left every file 0600; TestPOSIXCopyKeepsModes).
+//   - GETATTR, READLINK, FSYNC, RELEASE and STATFS need nothing beyond
+//     what found the inode. ACCESS answers access(2) with these rules.
+//
+// Timestamps follow POSIX: a create sets all three and the parent's mtime
+// and ctime; WRITE sets mtime and ctime; a truncate sets both, even to
+// the same size; chmod, chown, LINK, RENAME (of the inode moved, and of
+// one it replaces), UNLINK of one of several links and xattr changes set
+// ctime; SETATTR's times are set as given, to the server's clock for
+// "now", and left alone where not named (UTIME_OMIT); atime changes only
+// by SETATTR.
+//
+// # Space
+//
+// STATFS reports the store's real space after redundancy (statfs.go):
+// K shards of data for every shard the fullest device's file system can
+// still take, with devices that share a file system sharing its space;
+// inodes free are the smaller of the inode numbers left and the room of
+// the metadata database's file system. Capacity, when set, bounds both
+// what STATFS reports and what writes may fill.
 //
 // # Concurrency
 //
@@ -118,7 +207,8 @@
 // lock is taken before any transaction and never two at once. Lock
 // order: a data lock, then txMu (held around each writing transaction,
 // and by OPEN around its check and the registration of its handle, which
-// so need no commit of their own), then hmu (the handle table, a leaf).
+// so need no commit of their own), then hmu (the handle table and its
+// grants, a leaf). The credential table's lock is a leaf of its own.
 //
 // # Sharp edges
 //
@@ -127,8 +217,14 @@
 //     merge, PutChunk): scattered small writes cost a block each.
 //   - The metadata database is one file on one disk, not erasure-coded
 //     like the data: losing it loses the namespace.
-//   - Capacity is a configured figure, not the devices' free space; the
-//     chunkstore's ENOSPC still applies.
+//   - STATFS's space is the devices' file systems' as statfs(2) sees
+//     them: other files on those disks use it too, and stripes the
+//     cleaner has not reclaimed yet count as used. The store does not
+//     reserve space, so the free figure is an estimate and ENOSPC comes
+//     from the chunkstore when a disk fills.
+//   - Access is decided from the credential the host sends, as NFS's
+//     AUTH_SYS does: a host that lies about its caller is believed. The
+//     target's network access control (host NQNs) is what limits hosts.
 //   - Every metadata change is in a bbolt commit, fsynced: on a disk, one
 //     client's creates, unlinks and renames one at a time run at the
 //     device's fsync rate (hundreds per second); on tmpfs or a fast SSD

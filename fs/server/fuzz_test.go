@@ -35,6 +35,11 @@ func FuzzHandler(f *testing.F) {
 	sa := make([]byte, proto.SetAttrSize)
 	(&proto.SetAttr{Valid: proto.SetSize, Size: 1 << 20}).MarshalTo(sa)
 	seed(proto.OpSetAttr, 2, 0, 0, 0, sa, proto.AttrSize)
+	pc := proto.Cred{UID: 1000, GID: 1000, Groups: []uint32{27}}
+	rec := make([]byte, pc.Size())
+	pc.MarshalTo(rec)
+	seed(proto.OpCred, pc.ID(), 0, 0, 0, rec, 0)
+	seed(proto.OpAccess, 2, 0, 4, 0, nil, 0)
 	s := newServer(f, testOptions())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) < 32 {

@@ -50,7 +50,7 @@ var usedFields = map[nvmeof.Opcode]uint8{
 	proto.OpWrite: useIno | use12 | use13 | use14, proto.OpFsync: useIno | use14,
 	proto.OpReadDir: useIno | use12 | use13, proto.OpReadDirPlus: useIno | use12 | use13, proto.OpStatFS: 0,
 	proto.OpFallocate: useIno | use12 | use13 | use14, proto.OpGetXattr: useIno, proto.OpSetXattr: useIno | use14 | use15,
-	proto.OpListXattr: useIno, proto.OpRemoveXattr: useIno,
+	proto.OpListXattr: useIno, proto.OpRemoveXattr: useIno, proto.OpCred: useIno, proto.OpAccess: useIno | use14,
 }
 
 // reservedSet reports whether cmd sets a field its operation does not use.
@@ -61,7 +61,8 @@ func reservedSet(cmd *nvmeof.Command) bool {
 		check(use14, cmd.CDW14) || check(use15, cmd.CDW15) ||
 		cmd.Opcode != proto.OpFallocate && !proto.HasRequestID(cmd.Opcode) && cmd.CDW2|cmd.CDW3 != 0 ||
 		cmd.Opcode == proto.OpWrite && cmd.CDW14&^proto.WriteAppend != 0 ||
-		cmd.Opcode == proto.OpFsync && cmd.CDW14&^proto.FsyncData != 0
+		cmd.Opcode == proto.OpFsync && cmd.CDW14&^proto.FsyncData != 0 ||
+		cmd.Opcode == proto.OpCred && cmd.MPTR != 0
 }
 
 // PrepareVendor implements target.VendorHandler: the checks that make a
@@ -84,6 +85,10 @@ func (s *Server) PrepareVendor(cmd *nvmeof.Command, dataLen, payloadLen int) nvm
 		}
 	case proto.OpRead:
 		if int(cmd.CDW14) > dataLen {
+			return nvmeof.StatusInvalidField
+		}
+	case proto.OpCred:
+		if dataLen < proto.CredFixed || dataLen > proto.CredFixed+4*proto.MaxGroups {
 			return nvmeof.StatusInvalidField
 		}
 	case proto.OpSymlink, proto.OpRename, proto.OpSetXattr:
@@ -114,6 +119,14 @@ func (s *Server) InlineVendor(cmd *nvmeof.Command, dataLen int) bool {
 // ExecuteVendor implements target.VendorHandler: it runs one file
 // operation and puts its errno in DW0 and the reply length in DW1.
 func (s *Server) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
+	cr, ok := s.creds.get(c.Cmd.MPTR)
+	if !ok {
+		// A credential this server does not hold (protocol.go,
+		// "Credentials"): nothing runs and nothing is remembered, so
+		// the host registers it and sends the command again.
+		c.DW0, c.N, c.DW1 = uint32(syscall.ENOKEY), 0, 0
+		return nvmeof.StatusSuccess
+	}
 	var r *reply
 	if id := proto.Join(c.Cmd.CDW2, c.Cmd.CDW3); id != 0 && proto.HasRequestID(c.Cmd.Opcode) {
 		var first bool
@@ -126,7 +139,7 @@ func (s *Server) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
 			return nvmeof.StatusSuccess
 		}
 	}
-	n, err := s.execute(c)
+	n, err := s.execute(c, cr)
 	moved := n
 	if c.Cmd.Opcode == proto.OpWrite {
 		moved = len(c.Payload) // a write's reply is empty: count the data it took
@@ -149,7 +162,7 @@ func (s *Server) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
 	return nvmeof.StatusSuccess
 }
 
-func (s *Server) execute(c *target.VendorCommand) (int, error) {
+func (s *Server) execute(c *target.VendorCommand, cr *cred) (int, error) {
 	cmd := c.Cmd
 	a0, a1 := proto.Arg0(cmd), proto.Arg1(cmd)
 	uid, gid := cmd.CDW12, cmd.CDW13
@@ -167,7 +180,7 @@ func (s *Server) execute(c *target.VendorCommand) (int, error) {
 	}
 	switch cmd.Opcode {
 	case proto.OpLookup:
-		return attr(s.lookup(a0, in))
+		return attr(s.lookup(cr, a0, in))
 	case proto.OpGetAttr:
 		return attr(s.getAttr(a0))
 	case proto.OpSetAttr:
@@ -175,9 +188,9 @@ func (s *Server) execute(c *target.VendorCommand) (int, error) {
 		if err := sa.Unmarshal(in); err != nil {
 			return 0, syscall.EINVAL
 		}
-		return attr(s.setAttr(a0, &sa))
+		return attr(s.setAttr(cr, a0, &sa))
 	case proto.OpCreate:
-		a, h, err := s.create(a0, in, cmd.CDW14, uid, gid, cmd.CDW15)
+		a, h, err := s.create(cr, a0, in, cmd.CDW14, uid, gid, cmd.CDW15)
 		if err != nil {
 			return 0, err
 		}
@@ -185,25 +198,25 @@ func (s *Server) execute(c *target.VendorCommand) (int, error) {
 		binary.LittleEndian.PutUint64(out[proto.AttrSize:], h)
 		return proto.CreateReplyLen, nil
 	case proto.OpMkdir:
-		return attr(s.mkdir(a0, in, cmd.CDW14, uid, gid))
+		return attr(s.mkdir(cr, a0, in, cmd.CDW14, uid, gid))
 	case proto.OpMknod:
-		return attr(s.mknod(a0, in, cmd.CDW14, cmd.CDW15, uid, gid))
+		return attr(s.mknod(cr, a0, in, cmd.CDW14, cmd.CDW15, uid, gid))
 	case proto.OpSymlink:
 		name, target, _ := proto.SplitPair(in, cmd.CDW15)
-		return attr(s.symlink(a0, name, target, uid, gid))
+		return attr(s.symlink(cr, a0, name, target, uid, gid))
 	case proto.OpReadlink:
 		return s.readlink(a0, out)
 	case proto.OpLink:
-		return attr(s.link(a0, a1, in))
+		return attr(s.link(cr, a0, a1, in))
 	case proto.OpUnlink:
-		return 0, s.unlink(a0, in, false)
+		return 0, s.unlink(cr, a0, in, false)
 	case proto.OpRmdir:
-		return 0, s.unlink(a0, in, true)
+		return 0, s.unlink(cr, a0, in, true)
 	case proto.OpRename:
 		name, newName, _ := proto.SplitPair(in, cmd.CDW15)
-		return 0, s.rename(a0, name, a1, newName, cmd.CDW14)
+		return 0, s.rename(cr, a0, name, a1, newName, cmd.CDW14)
 	case proto.OpOpen:
-		h, a, err := s.openIno(a0, cmd.CDW14)
+		h, a, err := s.openIno(cr, a0, cmd.CDW14, true)
 		if err != nil {
 			return 0, err
 		}
@@ -213,31 +226,35 @@ func (s *Server) execute(c *target.VendorCommand) (int, error) {
 	case proto.OpRelease:
 		return 0, s.release(a0, a1)
 	case proto.OpRead:
-		return s.read(a0, int64(a1), out[:cmd.CDW14])
+		return s.read(cr, a0, int64(a1), out[:cmd.CDW14])
 	case proto.OpWrite:
-		return s.write(a0, int64(a1), in, cmd.CDW14&proto.WriteAppend != 0)
+		return s.write(cr, a0, int64(a1), in, cmd.CDW14&proto.WriteAppend != 0)
 	case proto.OpFsync:
 		if _, err := s.getAttr(a0); err != nil {
 			return 0, err
 		}
 		return 0, s.Sync()
 	case proto.OpReadDir, proto.OpReadDirPlus:
-		return s.readDir(a0, a1, out, cmd.Opcode == proto.OpReadDirPlus)
+		return s.readDir(cr, a0, a1, out, cmd.Opcode == proto.OpReadDirPlus)
 	case proto.OpStatFS:
 		st := s.statFS()
 		st.MarshalTo(out)
 		return proto.StatFSSize, nil
 	case proto.OpFallocate:
-		return 0, s.fallocate(a0, cmd.CDW14, int64(a1), int64(proto.Join(cmd.CDW2, cmd.CDW3)))
+		return 0, s.fallocate(cr, a0, cmd.CDW14, int64(a1), int64(proto.Join(cmd.CDW2, cmd.CDW3)))
 	case proto.OpGetXattr:
-		return s.getXattr(a0, in, out)
+		return s.getXattr(cr, a0, in, out)
 	case proto.OpSetXattr:
 		name, value, _ := proto.SplitPair(in, cmd.CDW15)
-		return 0, s.setXattr(a0, name, value, cmd.CDW14)
+		return 0, s.setXattr(cr, a0, name, value, cmd.CDW14)
 	case proto.OpListXattr:
-		return s.listXattr(a0, out)
+		return s.listXattr(cr, a0, out)
 	case proto.OpRemoveXattr:
-		return 0, s.removeXattr(a0, in)
+		return 0, s.removeXattr(cr, a0, in)
+	case proto.OpCred:
+		return 0, s.registerCred(a0, in)
+	case proto.OpAccess:
+		return 0, s.access(cr, a0, cmd.CDW14)
 	}
 	return 0, syscall.ENOSYS
 }

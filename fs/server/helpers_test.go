@@ -152,7 +152,7 @@ func checkInvariants(t testing.TB, s *Server) {
 		require.NoError(t, err)
 		buf := make([]byte, min(n.Size, 1<<20))
 		for off := int64(0); off < int64(n.Size); off += int64(len(buf)) {
-			_, err := s.read(ino, off, buf)
+			_, err := s.read(rootCred, ino, off, buf)
 			require.NoError(t, err, "inode %d reads", ino)
 		}
 	}
@@ -164,7 +164,7 @@ func listAll(t testing.TB, s *Server, dir uint64, bufSize int, plus bool) (names
 	buf := make([]byte, bufSize)
 	cookie := uint64(0)
 	for {
-		n, err := s.readDir(dir, cookie, buf, plus)
+		n, err := s.readDir(rootCred, dir, cookie, buf, plus)
 		require.NoError(t, err)
 		pages++
 		count := 0

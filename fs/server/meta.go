@@ -33,6 +33,8 @@ const (
 	sIFLNK  = syscall.S_IFLNK
 	sIFIFO  = syscall.S_IFIFO
 	sIFSOCK = syscall.S_IFSOCK
+	sIFBLK  = syscall.S_IFBLK
+	sIFCHR  = syscall.S_IFCHR
 )
 
 // inode is an inode record. Directories keep their parent (for "..") and

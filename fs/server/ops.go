@@ -132,13 +132,16 @@ func (s *Server) attrOf(ino uint64, n *inode) proto.Attr {
 }
 
 // lookup finds name in parent.
-func (s *Server) lookup(parent uint64, name []byte) (a proto.Attr, err error) {
+func (s *Server) lookup(c *cred, parent uint64, name []byte) (a proto.Attr, err error) {
 	if e := checkName(name); e != 0 {
 		return a, e
 	}
 	err = s.db.View(func(tx *bolt.Tx) error {
 		dn, err := getDir(tx, parent)
 		if err != nil {
+			return err
+		}
+		if err := c.check(dn, mayExec); err != nil {
 			return err
 		}
 		ino := parent
@@ -176,16 +179,29 @@ func (s *Server) getAttr(ino uint64) (a proto.Attr, err error) {
 	return a, err
 }
 
-// mkInode makes a new inode named name in parent.
-func (s *Server) mkInode(parent uint64, name []byte, n *inode, data []byte) (a proto.Attr, err error) {
+// mkInode makes a new inode named name in parent for c. The caller
+// needs search and write permission on parent. The owner is c (n's UID
+// and GID, which the host sent, count only for root); the group is
+// parent's when parent is set-group-ID (and a new directory inherits
+// the bit, while a group-executable file that gets a group c is not in
+// loses its set-group-ID bit), as Linux's inode_init_owner does.
+func (s *Server) mkInode(c *cred, parent uint64, name []byte, n *inode, data []byte) (a proto.Attr, err error) {
 	if e := checkNewName(name); e != 0 {
 		return a, e
 	}
 	now := s.opt.Now().UnixNano()
 	n.Atime, n.Mtime, n.Ctime = now, now, now
+	if !c.root() {
+		n.UID, n.GID = c.uid, c.gid
+	}
+	gid, mode := n.GID, n.Mode
 	err = s.update(func(tx *bolt.Tx) error {
+		n.GID, n.Mode = gid, mode // a grouped commit may run this again
 		dn, err := getDir(tx, parent)
 		if err != nil {
+			return err
+		}
+		if err := c.check(dn, mayExec); err != nil {
 			return err
 		}
 		if dn.Nlink == 0 {
@@ -195,6 +211,18 @@ func (s *Server) mkInode(parent uint64, name []byte, n *inode, data []byte) (a p
 			return err
 		} else if found {
 			return syscall.EEXIST
+		}
+		if err := c.check(dn, mayWrite); err != nil {
+			return err
+		}
+		if dn.Mode&sISGID != 0 {
+			n.GID = dn.GID
+			switch {
+			case n.isDir():
+				n.Mode |= sISGID
+			case n.Mode&(sISGID|0o010) == sISGID|0o010 && !c.root() && !c.inGroup(n.GID):
+				n.Mode &^= sISGID
+			}
 		}
 		ino, err := s.newIno(tx)
 		if err != nil {
@@ -232,28 +260,35 @@ func (s *Server) mkInode(parent uint64, name []byte, n *inode, data []byte) (a p
 	return a, err
 }
 
-func (s *Server) mkdir(parent uint64, name []byte, mode, uid, gid uint32) (proto.Attr, error) {
-	return s.mkInode(parent, name, &inode{Mode: sIFDIR | mode&0o7777, Nlink: 2, UID: uid, GID: gid}, nil)
+func (s *Server) mkdir(c *cred, parent uint64, name []byte, mode, uid, gid uint32) (proto.Attr, error) {
+	return s.mkInode(c, parent, name, &inode{Mode: sIFDIR | mode&0o7777, Nlink: 2, UID: uid, GID: gid}, nil)
 }
 
-func (s *Server) mknod(parent uint64, name []byte, mode, rdev, uid, gid uint32) (proto.Attr, error) {
+// mknod makes a regular file, FIFO, socket, or (for root: CAP_MKNOD) a
+// block or character device, whose rdev it keeps as the host sent it.
+func (s *Server) mknod(c *cred, parent uint64, name []byte, mode, rdev, uid, gid uint32) (proto.Attr, error) {
 	switch mode & sIFMT {
 	case sIFREG, 0:
-		return s.mkInode(parent, name, &inode{Mode: sIFREG | mode&0o7777, Nlink: 1, UID: uid, GID: gid, Flags: flagInline}, nil)
+		return s.mkInode(c, parent, name, &inode{Mode: sIFREG | mode&0o7777, Nlink: 1, UID: uid, GID: gid, Flags: flagInline}, nil)
 	case sIFIFO, sIFSOCK:
-		return s.mkInode(parent, name, &inode{Mode: mode&sIFMT | mode&0o7777, Nlink: 1, UID: uid, GID: gid}, nil)
+		return s.mkInode(c, parent, name, &inode{Mode: mode&sIFMT | mode&0o7777, Nlink: 1, UID: uid, GID: gid}, nil)
+	case sIFBLK, sIFCHR:
+		if !c.root() {
+			return proto.Attr{}, syscall.EPERM
+		}
+		return s.mkInode(c, parent, name, &inode{Mode: mode&sIFMT | mode&0o7777, Nlink: 1, UID: uid, GID: gid, Rdev: rdev}, nil)
 	}
-	return proto.Attr{}, syscall.EPERM
+	return proto.Attr{}, syscall.EINVAL
 }
 
-func (s *Server) symlink(parent uint64, name, target []byte, uid, gid uint32) (proto.Attr, error) {
+func (s *Server) symlink(c *cred, parent uint64, name, target []byte, uid, gid uint32) (proto.Attr, error) {
 	switch {
 	case len(target) == 0:
 		return proto.Attr{}, syscall.ENOENT
 	case len(target) > proto.MaxSymlink:
 		return proto.Attr{}, syscall.ENAMETOOLONG
 	}
-	return s.mkInode(parent, name, &inode{Mode: sIFLNK | 0o777, Nlink: 1, UID: uid, GID: gid, Size: uint64(len(target))},
+	return s.mkInode(c, parent, name, &inode{Mode: sIFLNK | 0o777, Nlink: 1, UID: uid, GID: gid, Size: uint64(len(target))},
 		append([]byte(nil), target...))
 }
 
@@ -276,7 +311,7 @@ func (s *Server) readlink(ino uint64, buf []byte) (n int, err error) {
 	return n, err
 }
 
-func (s *Server) link(ino, newParent uint64, name []byte) (a proto.Attr, err error) {
+func (s *Server) link(c *cred, ino, newParent uint64, name []byte) (a proto.Attr, err error) {
 	if e := checkNewName(name); e != 0 {
 		return a, e
 	}
@@ -299,10 +334,16 @@ func (s *Server) link(ino, newParent uint64, name []byte) (a proto.Attr, err err
 		if err != nil {
 			return err
 		}
+		if err := c.check(dn, mayExec); err != nil {
+			return err
+		}
 		if _, _, _, found, err := entry(tx, newParent, name); err != nil {
 			return err
 		} else if found {
 			return syscall.EEXIST
+		}
+		if err := c.check(dn, mayWrite); err != nil {
+			return err
 		}
 		if err := addEntry(tx, newParent, dn, name, ino, n.Mode); err != nil {
 			return err
@@ -370,7 +411,7 @@ func (s *Server) finishGone(gs []gone) {
 	}
 }
 
-func (s *Server) unlink(parent uint64, name []byte, dir bool) error {
+func (s *Server) unlink(c *cred, parent uint64, name []byte, dir bool) error {
 	if e := checkName(name); e != 0 {
 		return e
 	}
@@ -390,6 +431,9 @@ func (s *Server) unlink(parent uint64, name []byte, dir bool) error {
 		if err != nil {
 			return err
 		}
+		if err := c.check(dn, mayExec); err != nil {
+			return err
+		}
 		ino, cookie, _, found, err := entry(tx, parent, name)
 		if err != nil {
 			return err
@@ -399,6 +443,9 @@ func (s *Server) unlink(parent uint64, name []byte, dir bool) error {
 		}
 		n, err := getInode(tx, ino)
 		if err != nil {
+			return err
+		}
+		if err := c.mayDelete(dn, n); err != nil {
 			return err
 		}
 		switch {
@@ -444,7 +491,7 @@ func isAncestor(tx *bolt.Tx, a, dir uint64) (bool, error) {
 	}
 }
 
-func (s *Server) rename(parent uint64, name []byte, newParent uint64, newName []byte, flags uint32) error {
+func (s *Server) rename(c *cred, parent uint64, name []byte, newParent uint64, newName []byte, flags uint32) error {
 	if flags&^(proto.RenameNoRepl|proto.RenameExch) != 0 || flags == proto.RenameNoRepl|proto.RenameExch {
 		return syscall.EINVAL
 	}
@@ -470,6 +517,12 @@ func (s *Server) rename(parent uint64, name []byte, newParent uint64, newName []
 				return err
 			}
 		}
+		if err := c.check(src, mayExec); err != nil {
+			return err
+		}
+		if err := c.check(dst, mayExec); err != nil {
+			return err
+		}
 		ino, cookie, mode, found, err := entry(tx, parent, name)
 		if err != nil {
 			return err
@@ -483,6 +536,9 @@ func (s *Server) rename(parent uint64, name []byte, newParent uint64, newName []
 		}
 		oino, ocookie, omode, ofound, err := entry(tx, newParent, newName)
 		if err != nil {
+			return err
+		}
+		if err := s.checkRename(c, src, dst, n, ofound, oino, tx, newParent != parent, flags); err != nil {
 			return err
 		}
 		if flags&proto.RenameExch != 0 && !ofound {
@@ -600,6 +656,39 @@ func (s *Server) rename(parent uint64, name []byte, newParent uint64, newName []
 	return err
 }
 
+// checkRename decides whether c may move n out of src into dst,
+// replacing (or, with RENAME_EXCHANGE, swapping with) the inode oino
+// when ofound: write and search on both directories, the sticky rule on
+// each entry that goes, and write permission on a directory that moves
+// to another parent (its ".." changes).
+func (s *Server) checkRename(c *cred, src, dst, n *inode, ofound bool, oino uint64, tx *bolt.Tx, moved bool, flags uint32) error {
+	if err := c.mayDelete(src, n); err != nil {
+		return err
+	}
+	if err := c.check(dst, mayWrite|mayExec); err != nil {
+		return err
+	}
+	if moved && n.isDir() {
+		if err := c.check(n, mayWrite); err != nil {
+			return err
+		}
+	}
+	if !ofound {
+		return nil
+	}
+	on, err := getInode(tx, oino)
+	if err != nil {
+		return err
+	}
+	if err := c.mayDelete(dst, on); err != nil {
+		return err
+	}
+	if moved && flags&proto.RenameExch != 0 && on.isDir() {
+		return c.check(on, mayWrite)
+	}
+	return nil
+}
+
 // Handles.
 
 func (s *Server) isOpen(ino uint64) bool {
@@ -616,26 +705,38 @@ func (s *Server) allocHandle() uint64 {
 	return s.nextHandle
 }
 
-// registerHandle opens h on ino.
-func (s *Server) registerHandle(h, ino uint64) {
+// handle is an open handle: its inode and what it grants (the
+// credential that opened it and the access it was opened with).
+type handle struct {
+	ino uint64
+	g   grant
+}
+
+// registerHandle opens h on ino for c with access acc.
+func (s *Server) registerHandle(h, ino uint64, c *cred, acc uint32) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	if _, ok := s.handles[h]; ok {
 		return
 	}
-	s.handles[h] = ino
+	g := grant{ino: ino, cred: c.id, acc: acc}
+	s.handles[h] = handle{ino: ino, g: g}
 	s.open[ino]++
+	s.grants[g]++
 }
 
 // release closes a handle; the last one of an unlinked file deletes it.
 func (s *Server) release(ino, h uint64) error {
 	s.hmu.Lock()
-	hino, ok := s.handles[h]
-	if !ok || hino != ino {
+	hd, ok := s.handles[h]
+	if !ok || hd.ino != ino {
 		s.hmu.Unlock()
 		return syscall.EBADF
 	}
 	delete(s.handles, h)
+	if s.grants[hd.g]--; s.grants[hd.g] == 0 {
+		delete(s.grants, hd.g)
+	}
 	s.open[ino]--
 	last := s.open[ino] == 0
 	if last {
@@ -684,12 +785,16 @@ func checkXattrName(name []byte) syscall.Errno {
 	return 0
 }
 
-func (s *Server) getXattr(ino uint64, name, buf []byte) (n int, err error) {
+func (s *Server) getXattr(c *cred, ino uint64, name, buf []byte) (n int, err error) {
 	if e := checkXattrName(name); e != 0 {
 		return 0, e
 	}
 	err = s.db.View(func(tx *bolt.Tx) error {
-		if _, err := getInode(tx, ino); err != nil {
+		in, err := getInode(tx, ino)
+		if err != nil {
+			return err
+		}
+		if err := c.checkXattr(in, name, false); err != nil {
 			return err
 		}
 		v := tx.Bucket(bucketXattrs).Get(xattrKey(ino, name))
@@ -705,7 +810,7 @@ func (s *Server) getXattr(ino uint64, name, buf []byte) (n int, err error) {
 	return n, err
 }
 
-func (s *Server) setXattr(ino uint64, name, value []byte, flags uint32) error {
+func (s *Server) setXattr(c *cred, ino uint64, name, value []byte, flags uint32) error {
 	if e := checkXattrName(name); e != 0 {
 		return e
 	}
@@ -719,6 +824,9 @@ func (s *Server) setXattr(ino uint64, name, value []byte, flags uint32) error {
 	return s.update(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
+			return err
+		}
+		if err := c.checkXattr(n, name, true); err != nil {
 			return err
 		}
 		b := tx.Bucket(bucketXattrs)
@@ -738,15 +846,22 @@ func (s *Server) setXattr(ino uint64, name, value []byte, flags uint32) error {
 	})
 }
 
-func (s *Server) listXattr(ino uint64, buf []byte) (n int, err error) {
+// listXattr lists the names of ino's extended attributes that c may
+// see: not trusted.* unless c is root, and no POSIX ACL (a database from
+// before ACLs were refused may hold some; they no longer apply).
+func (s *Server) listXattr(c *cred, ino uint64, buf []byte) (n int, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
 		if _, err := getInode(tx, ino); err != nil {
 			return err
 		}
 		prefix := inoKey(ino)
-		c := tx.Bucket(bucketXattrs).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		cur := tx.Bucket(bucketXattrs).Cursor()
+		for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
 			name := k[8:]
+			if bytes.Equal(name, aclAccess) || bytes.Equal(name, aclDefault) ||
+				!c.root() && bytes.HasPrefix(name, xattrTrusted) {
+				continue
+			}
 			if n+len(name)+1 > len(buf) {
 				return syscall.ERANGE
 			}
@@ -759,7 +874,7 @@ func (s *Server) listXattr(ino uint64, buf []byte) (n int, err error) {
 	return n, err
 }
 
-func (s *Server) removeXattr(ino uint64, name []byte) error {
+func (s *Server) removeXattr(c *cred, ino uint64, name []byte) error {
 	if e := checkXattrName(name); e != 0 {
 		return e
 	}
@@ -767,6 +882,9 @@ func (s *Server) removeXattr(ino uint64, name []byte) error {
 	return s.update(func(tx *bolt.Tx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
+			return err
+		}
+		if err := c.checkXattr(n, name, true); err != nil {
 			return err
 		}
 		b := tx.Bucket(bucketXattrs)
@@ -783,10 +901,13 @@ func (s *Server) removeXattr(ino uint64, name []byte) error {
 }
 
 // readDir fills buf with the entries after cookie.
-func (s *Server) readDir(ino, cookie uint64, buf []byte, plus bool) (n int, err error) {
+func (s *Server) readDir(c *cred, ino, cookie uint64, buf []byte, plus bool) (n int, err error) {
 	err = s.db.View(func(tx *bolt.Tx) error {
 		dn, err := getDir(tx, ino)
 		if err != nil {
+			return err
+		}
+		if err := s.checkData(c, ino, dn, mayRead); err != nil {
 			return err
 		}
 		w := proto.NewDirentWriter(buf, plus)
@@ -836,14 +957,4 @@ func (s *Server) readDir(ino, cookie uint64, buf []byte, plus bool) (n int, err 
 		return nil
 	})
 	return n, err
-}
-
-func (s *Server) statFS() proto.StatFS {
-	const bsize = 4096
-	capacity := s.opt.Capacity / bsize
-	used := (s.used.Load() + bsize - 1) / bsize
-	free := max(capacity-used, 0)
-	files := uint64(maxInodes)
-	return proto.StatFS{Blocks: uint64(capacity), Bfree: uint64(free), Bavail: uint64(free),
-		Files: files, Ffree: files - min(uint64(s.inodes.Load()), files), Bsize: bsize, Frsize: bsize, NameLen: proto.MaxName}
 }

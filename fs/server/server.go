@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,11 +25,8 @@ import (
 const (
 	DefaultBlockSize = 256 << 10
 	DefaultInlineMax = 4096
-	DefaultCapacity  = 1 << 40
 	// maxFileSize keeps block indexes within the 48 bits a chunk ID has.
 	maxFileSize = 1<<63 - 1
-	// maxInodes is what STATFS reports as the inode limit.
-	maxInodes = 1 << 32
 )
 
 // Options configure Open.
@@ -40,8 +38,10 @@ type Options struct {
 	// InlineMax is the largest file kept inline in the metadata database.
 	// Default DefaultInlineMax; -1 keeps no file inline.
 	InlineMax int
-	// Capacity is the space STATFS reports and writes may fill, in bytes
-	// of file data. Default DefaultCapacity.
+	// Capacity, when set, bounds the file data writes may fill and the
+	// space STATFS reports, in bytes. Zero: no bound of its own; STATFS
+	// reports the store's devices (statfs.go) and ENOSPC comes from the
+	// chunkstore.
 	Capacity int64
 	// FSID tells this file system's chunks from others' in the same
 	// store: chunk IDs carry it.
@@ -50,6 +50,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for timestamps; default time.Now.
 	Now func() time.Time
+	// RootUID and RootGID own the root directory of a new namespace
+	// (default root's; an existing one keeps its owner).
+	RootUID, RootGID uint32
 	// SyncInterval is how often the server syncs the chunkstore when file
 	// data changed since the last sync, without any FSYNC: it bounds what
 	// a crash loses and lets the store reuse the space of replaced chunks
@@ -77,11 +80,14 @@ type Server struct {
 	// bbolt transaction, never two at once.
 	dataLocks [256]sync.RWMutex
 
-	// hmu guards handles, open and nextHandle.
+	// hmu guards handles, open, grants and nextHandle.
 	hmu        sync.Mutex
-	handles    map[uint64]uint64 // handle → ino
+	handles    map[uint64]handle // by handle number
 	open       map[uint64]int    // ino → open handles
+	grants     map[grant]int     // open handles by inode, credential and access
 	nextHandle uint64
+
+	creds credTable // registered credentials (perm.go)
 
 	replies replyCache // outcomes by request ID
 
@@ -126,8 +132,8 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 	case opt.InlineMax > opt.BlockSize:
 		return nil, fmt.Errorf("fs/server: inline limit %d above the block size %d", opt.InlineMax, opt.BlockSize)
 	}
-	if opt.Capacity == 0 {
-		opt.Capacity = DefaultCapacity
+	if opt.Capacity <= 0 {
+		opt.Capacity = math.MaxInt64
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
@@ -146,7 +152,7 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 		return nil, fmt.Errorf("fs/server: %s: %w", dbPath, err)
 	}
 	s := &Server{db: db, store: store, opt: opt, log: opt.Logger, bs: int64(opt.BlockSize),
-		handles: map[uint64]uint64{}, open: map[uint64]int{},
+		handles: map[uint64]handle{}, open: map[uint64]int{}, grants: map[grant]int{},
 		commits: make(chan *commitReq, maxGroup), committerDone: make(chan struct{}),
 		stopSync: make(chan struct{}), syncDone: make(chan struct{})}
 	if err := s.init(); err != nil {
@@ -191,7 +197,8 @@ func (s *Server) init() error {
 			return err
 		}
 		now := s.opt.Now().UnixNano()
-		root := &inode{Mode: sIFDIR | 0o755, Nlink: 2, Atime: now, Mtime: now, Ctime: now, NextCookie: 3, Parent: 1}
+		root := &inode{Mode: sIFDIR | 0o755, Nlink: 2, UID: s.opt.RootUID, GID: s.opt.RootGID, Atime: now, Mtime: now, Ctime: now,
+			NextCookie: 3, Parent: 1}
 		if err := tx.Bucket(bucketInodes).Put(inoKey(1), root.marshal()); err != nil {
 			return err
 		}

@@ -84,6 +84,10 @@ func start(t testing.TB, dir, url string, opt server.Options) *Target {
 	if opt.Logger == nil {
 		opt.Logger = Logger(t)
 	}
+	if opt.RootUID == 0 && opt.RootGID == 0 {
+		// The tests' client runs as this process: let it own the root.
+		opt.RootUID, opt.RootGID = uint32(os.Getuid()), uint32(os.Getgid())
+	}
 	srv, err := server.Open(filepath.Join(dir, "fs.db"), store, opt)
 	require.NoError(t, err)
 	opts := []target.Option{target.WithLogger(Logger(t))}

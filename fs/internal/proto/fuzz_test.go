@@ -123,3 +123,22 @@ func FuzzNames(f *testing.F) {
 		}
 	})
 }
+
+func FuzzCred(f *testing.F) {
+	c := Cred{UID: 1000, GID: 1000, Groups: []uint32{4, 27}}
+	b := make([]byte, c.Size())
+	c.MarshalTo(b)
+	f.Add(b)
+	f.Add(make([]byte, CredFixed))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var c Cred
+		if c.Unmarshal(b) != nil {
+			return
+		}
+		out := make([]byte, c.Size())
+		c.MarshalTo(out)
+		if !bytes.Equal(out, b) {
+			t.Fatalf("round trip: %x != %x", out, b)
+		}
+	})
+}

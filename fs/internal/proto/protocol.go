@@ -50,6 +50,8 @@
 //	D9h  SETXATTR      in      ino       -            flags      name length name, value            -
 //	DEh  LISTXATTR     out     ino       -            -          -           -                      names, each NUL-terminated
 //	E1h  REMOVEXATTR   in      ino       -            -          -           name                   -
+//	E5h  CRED          in      cred ID   -            -          -           Cred                   -
+//	E8h  ACCESS        none    ino       -            mask       -           -                      -
 //
 // 64-bit fields span two dwords, low dword first (CDW10 is the low half
 // of the inode number). Names are raw bytes with their length implied by
@@ -61,7 +63,8 @@
 // renameat2's (NOREPLACE 1, EXCHANGE 2); SETXATTR flags are setxattr's
 // (CREATE 1, REPLACE 2); FALLOCATE mode is fallocate's (KEEP_SIZE 1,
 // PUNCH_HOLE 2). Fields marked "-" are reserved: zero. The handle of
-// RELEASE is the one CREATE or OPEN returned.
+// RELEASE is the one CREATE or OPEN returned. ACCESS masks are
+// access(2)'s (R 4, W 2, X 1; 0 asks whether the inode exists).
 //
 // CDW2-3 (outside FALLOCATE) carry a request ID for the operations that
 // running twice would not leave as running once: CREATE, MKDIR, MKNOD,
@@ -73,6 +76,35 @@
 // done). So a host may send such a command again after a lost connection
 // and get the answer of the one run. A client draws the top 32 bits of
 // its IDs at random and counts the low 32.
+//
+// # Credentials
+//
+// Every command but CRED runs for a caller, named by the credential ID
+// in MPTR (CDW4-5; the file namespace has no metadata, so the field
+// means nothing else here, and the core passes it through). The ID is
+// the Cred record's own hash (Cred.ID): FNV-1a of its encoding, and 0
+// for uid 0 and gid 0 without supplementary groups, which is never
+// registered. CRED registers a credential: CDW10-11 its ID, the request
+// bytes its Cred record (MPTR zero); an ID that is not the record's
+// hash gets EINVAL. The server keeps the credentials it was told (up to
+// a bound, at least 1024) and answers a command whose ID it does not
+// hold with ENOKEY before running anything (and before its request ID
+// is remembered), so the host registers the credential and sends the
+// command again. A target restart forgets every credential, which
+// costs each one such round trip.
+//
+//	Cred (16 bytes + 4 per group)
+//	  0  uid      u32       4  gid    u32       8  group count u32 (≤ 1024)
+//	 12  reserved u32      16  supplementary gids, u32 each
+//
+// The server decides access from the caller as Linux does (fs/server's
+// doc.go has the rules): owner, group (the primary and supplementary
+// groups), other; uid 0 passes every check but exec of a file with no
+// x bit. READ, WRITE, truncating SETATTR, FALLOCATE and READDIR pass
+// either by the mode or by an open handle of the same credential with
+// that access (a file created 0444 is writable through its handle, as
+// POSIX says). The owner of a new inode is the caller; only a root
+// caller's CDW12-13 name another.
 //
 // # Completions and errors
 //

@@ -37,6 +37,8 @@ const (
 	OpSetXattr    nvmeof.Opcode = 0xd9
 	OpListXattr   nvmeof.Opcode = 0xde
 	OpRemoveXattr nvmeof.Opcode = 0xe1
+	OpCred        nvmeof.Opcode = 0xe5
+	OpAccess      nvmeof.Opcode = 0xe8
 )
 
 // OpName names an opcode of the table, "" for others.
@@ -92,6 +94,10 @@ func OpName(op nvmeof.Opcode) string {
 		return "LISTXATTR"
 	case OpRemoveXattr:
 		return "REMOVEXATTR"
+	case OpCred:
+		return "CRED"
+	case OpAccess:
+		return "ACCESS"
 	}
 	return ""
 }
@@ -491,3 +497,103 @@ func ParseNames(b []byte) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Cred is the Cred record: the caller a command runs for (protocol.go,
+// "Credentials").
+type Cred struct {
+	UID, GID uint32
+	Groups   []uint32 // supplementary groups
+}
+
+// Cred record offsets and limits.
+const (
+	CredFixed       = 16
+	credOffUID      = 0
+	credOffGID      = 4
+	credOffNGroups  = 8
+	credOffReserved = 12
+	// MaxGroups is the most supplementary groups a Cred carries.
+	MaxGroups = 1024
+)
+
+// Size is the encoded size of c.
+func (c *Cred) Size() int { return CredFixed + 4*len(c.Groups) }
+
+// MarshalTo encodes c into b, which holds c.Size() bytes.
+func (c *Cred) MarshalTo(b []byte) {
+	_ = b[c.Size()-1]
+	le.PutUint32(b[credOffUID:], c.UID)
+	le.PutUint32(b[credOffGID:], c.GID)
+	le.PutUint32(b[credOffNGroups:], uint32(len(c.Groups)))
+	le.PutUint32(b[credOffReserved:], 0)
+	for i, g := range c.Groups {
+		le.PutUint32(b[CredFixed+4*i:], g)
+	}
+}
+
+// Unmarshal decodes a Cred record of exactly len(b) bytes: the group
+// count must match the bytes and stay within MaxGroups.
+func (c *Cred) Unmarshal(b []byte) error {
+	if len(b) < CredFixed {
+		return fmt.Errorf("%w: Cred of %d bytes", ErrShort, len(b))
+	}
+	n := le.Uint32(b[credOffNGroups:])
+	switch {
+	case le.Uint32(b[credOffReserved:]) != 0:
+		return fmt.Errorf("%w: Cred reserved bytes", ErrField)
+	case n > MaxGroups:
+		return fmt.Errorf("%w: Cred of %d groups", ErrField, n)
+	case len(b) != CredFixed+4*int(n):
+		return fmt.Errorf("%w: Cred of %d groups in %d bytes", ErrField, n, len(b))
+	}
+	*c = Cred{UID: le.Uint32(b[credOffUID:]), GID: le.Uint32(b[credOffGID:])}
+	if n > 0 {
+		c.Groups = make([]uint32, n)
+		for i := range c.Groups {
+			c.Groups[i] = le.Uint32(b[CredFixed+4*i:])
+		}
+	}
+	return nil
+}
+
+// RootCredID is the credential ID of uid 0, gid 0 and no supplementary
+// groups; it is never registered.
+const RootCredID = 0
+
+// ID is the credential ID of c: FNV-1a (64 bits) of its encoding, never
+// zero, except RootCredID for root without supplementary groups. The ID
+// is content-addressed, so one credential has one ID on every client,
+// and registering it again changes nothing. Callers that want equal
+// sets of groups to share an ID sort them first (the client does).
+func (c *Cred) ID() uint64 {
+	if c.UID == 0 && c.GID == 0 && len(c.Groups) == 0 {
+		return RootCredID
+	}
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	var b [4]byte
+	word := func(v uint32) {
+		le.PutUint32(b[:], v)
+		for _, x := range b {
+			h = (h ^ uint64(x)) * prime
+		}
+	}
+	word(c.UID)
+	word(c.GID)
+	word(uint32(len(c.Groups)))
+	word(0)
+	for _, g := range c.Groups {
+		word(g)
+	}
+	if h == RootCredID {
+		h = 1
+	}
+	return h
+}
+
+// Access masks (ACCESS CDW14), as access(2).
+const (
+	AccessExec  = 1
+	AccessWrite = 2
+	AccessRead  = 4
+)

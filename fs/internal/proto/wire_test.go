@@ -200,7 +200,7 @@ func TestOpcodeDirections(t *testing.T) {
 		OpWrite: nvmeof.HostToController, OpFsync: nvmeof.NoData, OpReadDir: nvmeof.ControllerToHost,
 		OpReadDirPlus: nvmeof.ControllerToHost, OpStatFS: nvmeof.ControllerToHost, OpFallocate: nvmeof.NoData,
 		OpGetXattr: nvmeof.Bidirectional, OpSetXattr: nvmeof.HostToController, OpListXattr: nvmeof.ControllerToHost,
-		OpRemoveXattr: nvmeof.HostToController,
+		OpRemoveXattr: nvmeof.HostToController, OpCred: nvmeof.HostToController, OpAccess: nvmeof.NoData,
 	}
 	for op, dir := range want {
 		assert.Equal(t, dir, op.Direction(), OpName(op))
@@ -261,4 +261,38 @@ func TestCommandLayout(t *testing.T) {
 		01000000         // CDW15: the first name is 1 byte
 	`), b)
 	assert.Equal(t, []byte("abc"), payload)
+}
+
+func TestCredWire(t *testing.T) {
+	want := hextest.Decode(t, `
+		e8030000 // uid 1000
+		e9030000 // gid 1001
+		02000000 // 2 groups
+		00000000 // reserved
+		04000000 // group 4
+		1b000000 // group 27
+	`)
+	c := Cred{UID: 1000, GID: 1001, Groups: []uint32{4, 27}}
+	require.Equal(t, len(want), c.Size())
+	b := make([]byte, c.Size())
+	c.MarshalTo(b)
+	assert.Equal(t, want, b)
+	var d Cred
+	require.NoError(t, d.Unmarshal(want))
+	assert.Equal(t, c, d)
+	assert.Equal(t, c.ID(), d.ID())
+	assert.NotEqual(t, uint64(RootCredID), c.ID())
+	assert.Equal(t, uint64(RootCredID), (&Cred{}).ID())
+	assert.NotEqual(t, uint64(RootCredID), (&Cred{Groups: []uint32{0}}).ID())
+	assert.NotEqual(t, c.ID(), (&Cred{UID: 1000, GID: 1001, Groups: []uint32{4}}).ID())
+
+	require.ErrorIs(t, d.Unmarshal(want[:CredFixed-1]), ErrShort)
+	require.ErrorIs(t, d.Unmarshal(want[:len(want)-4]), ErrField, "a group count past the bytes")
+	require.ErrorIs(t, d.Unmarshal(append(append([]byte(nil), want...), 0, 0, 0, 0)), ErrField, "bytes after the groups")
+	bad := append([]byte(nil), want...)
+	bad[12] = 1
+	require.ErrorIs(t, d.Unmarshal(bad), ErrField, "reserved")
+	bad = make([]byte, CredFixed)
+	le.PutUint32(bad[8:], MaxGroups+1)
+	require.ErrorIs(t, d.Unmarshal(bad), ErrField, "too many groups")
 }
