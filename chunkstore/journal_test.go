@@ -358,17 +358,20 @@ func TestCrashJournal(t *testing.T) {
 			fm := newBlockModel(fuaBlocks)
 			td.clock.CrashAfter(r.Int64N(1500))
 			done := startFUAWriters(uint64(seed), fv, fm)
-			// A third writer hammers one block: its sector stays in the
-			// open stripe and is journaled again at every write.
+			// A third writer hammers one block that the two leave alone
+			// (the first writer's blocks end before half-1): its sector
+			// stays in the open stripe and is journaled again at every
+			// write.
+			const b = fuaBlocks/2 - 1
 			var hammer error
 			for i := range 60 {
 				ver := uint32(3)<<24 | uint32(i+1)
-				if _, err := fv.WriteAtFlags(blockContent(ver, 0), 0, FUA); err != nil {
-					fm.write(0, 1, ver)
+				if _, err := fv.WriteAtFlags(blockContent(ver, b), b*crashBlock, FUA); err != nil {
+					fm.write(b, 1, ver)
 					hammer = err
 					break
 				}
-				fm.fua(0, 1, ver)
+				fm.fua(b, 1, ver)
 			}
 			st := s.Stats()
 			t.Logf("journal records %d, stripes %d, crashed %v", st.JournalRecords, st.StripesWritten, hammer)
