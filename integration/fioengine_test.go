@@ -151,38 +151,84 @@ func connected(t *testing.T, tgt *daemon) {
 }
 
 // TestFioEngineReconnect kills the target under fio's verified writes
-// and restarts it on the same address: the engine's host reconnects and
-// resubmits, and fio finishes and verifies. Then it kills the target for
-// good: fio's I/Os fail with EIO once --reconnect_timeout has passed.
+// and restarts it on the same address, over shm and iwarp: the engine's
+// host reconnects and resubmits from fio's registered buffers (the new
+// target process reaches them anew), and fio finishes and verifies. Then
+// it kills the target for good: fio's I/Os fail with EIO once
+// --reconnect_timeout has passed.
 func TestFioEngineReconnect(t *testing.T) {
 	engine := fioEngine(t)
-	data := t.TempDir()
-	tgt, url := fileTarget(t, data, "iwarp://127.0.0.1:0")
+	var tgt *daemon
+	var url string
+	for _, listen := range []string{uniqueShm("fioreconnect"), "iwarp://127.0.0.1:0"} {
+		data := t.TempDir()
+		tgt, url = fileTarget(t, data, listen)
+		fio := startFio(t, "--ioengine=external:"+engine, "--thread=1", "--uri="+url,
+			"--reconnect_timeout=60", "--name=cut", "--rw=randwrite", "--bs=4k", "--iodepth=8", "--size=16m",
+			"--rate_iops=1500", "--verify=crc32c", "--do_verify=1", "--verify_state_save=0", "--verify_fatal=1")
+		connected(t, tgt)
+		time.Sleep(1500 * time.Millisecond) // about 2000 writes done of 4096
+		tgt.kill9(t)
+		time.Sleep(500 * time.Millisecond)
+		var url2 string
+		tgt, url2 = fileTarget(t, data, url)
+		require.Equal(t, url, url2)
+		out, err := fio.wait(t, 2*time.Minute)
+		require.NoError(t, err, "fio through the reconnect over %s:\n%s", url, out)
+		assert.Contains(t, out, "err= 0", out)
+		assert.Contains(t, out, "controller lost; reconnecting", "the engine's host saw the loss over %s", url)
+	}
 
+	// The target (iwarp) goes away for good: EIO after the reconnect
+	// timeout.
 	fio := startFio(t, "--ioengine=external:"+engine, "--thread=1", "--uri="+url,
-		"--reconnect_timeout=60", "--name=cut", "--rw=randwrite", "--bs=4k", "--iodepth=8", "--size=16m",
-		"--rate_iops=1500", "--verify=crc32c", "--do_verify=1", "--verify_state_save=0", "--verify_fatal=1")
-	connected(t, tgt)
-	time.Sleep(1500 * time.Millisecond) // about 2000 writes done of 4096
-	tgt.kill9(t)
-	time.Sleep(500 * time.Millisecond)
-	tgt, url2 := fileTarget(t, data, url)
-	require.Equal(t, url, url2)
-	out, err := fio.wait(t, 2*time.Minute)
-	require.NoError(t, err, "fio through the reconnect:\n%s", out)
-	assert.Contains(t, out, "err= 0", out)
-	assert.Contains(t, out, "controller lost; reconnecting", "the engine's host saw the loss")
-
-	// The target goes away for good: EIO after the reconnect timeout.
-	fio = startFio(t, "--ioengine=external:"+engine, "--thread=1", "--uri="+url,
 		"--reconnect_timeout=2", "--name=gone", "--rw=randread", "--bs=4k", "--iodepth=8", "--size=16m",
 		"--time_based", "--runtime=60")
 	connected(t, tgt)
 	time.Sleep(500 * time.Millisecond)
 	tgt.kill9(t)
 	killed := time.Now()
-	out, err = fio.wait(t, time.Minute)
+	out, err := fio.wait(t, time.Minute)
 	require.Error(t, err, "fio must fail:\n%s", out)
 	assert.GreaterOrEqual(t, time.Since(killed), 2*time.Second, "the I/Os waited for the reconnect timeout")
 	assert.Contains(t, out, "Input/output error", out)
+}
+
+// TestFioEngineNQN: with two NVM subsystems behind one listener, fio's
+// job connects to the first the discovery log lists by default, and to
+// the one --nqn names; an NQN the target does not serve fails the job
+// with a message naming the ones it does.
+func TestFioEngineNQN(t *testing.T) {
+	engine := fioEngine(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "admin.sock")
+	tgt := startDaemon(t, "capsule target ready", "serve", "--listen", "tcp://127.0.0.1:0", "--data", filepath.Join(dir, "data"),
+		"--namespace", "mem:16MiB", "--rpc-socket", sock, "--scrub-rate", "0")
+	url := field(tgt.ready, "listeners")
+	hostPort := strings.TrimPrefix(url, "tcp://")
+	i := strings.LastIndexByte(hostPort, ':')
+	const other = "nqn.2026-12.io.capsule:fio-other"
+	mustRPC(t, sock, "nvmf_create_subsystem", `{"nqn":"`+other+`","allow_any_host":true}`)
+	mustRPC(t, sock, "nvmf_subsystem_add_listener", `{"nqn":"`+other+`","listen_address":{"trtype":"TCP","adrfam":"IPv4","traddr":"`+
+		hostPort[:i]+`","trsvcid":"`+hostPort[i+1:]+`"}}`)
+	mustRPC(t, sock, "volume_create", `{"name":"other","size":"8MiB"}`)
+	mustRPC(t, sock, "nvmf_subsystem_add_ns", `{"nqn":"`+other+`","namespace":{"bdev_name":"other","nsid":1}}`)
+	otherCreated := `msg="controller created" subnqn=` + other
+
+	job := []string{"--name=w", "--rw=write", "--bs=64k", "--iodepth=4", "--size=4m", "--do_verify=1"}
+	before := strings.Count(tgt.stderr.String(), controllerCreated)
+	out, err := engineFio(t, engine, url, job...)
+	require.NoError(t, err, out)
+	assert.Equal(t, 1, strings.Count(tgt.stderr.String(), controllerCreated)-before, "the default is the first subsystem")
+	assert.NotContains(t, tgt.stderr.String(), otherCreated)
+
+	out, err = engineFio(t, engine, url, append([]string{"--nqn=" + other}, job...)...)
+	require.NoError(t, err, out)
+	assert.Equal(t, 1, strings.Count(tgt.stderr.String(), otherCreated), "--nqn picks the subsystem")
+	assert.Contains(t, out, "err= 0", out)
+
+	out, err = engineFio(t, engine, url, append([]string{"--nqn=nqn.2026-12.io.capsule:nowhere"}, job...)...)
+	require.Error(t, err, out)
+	assert.Contains(t, out, "--nqn=nqn.2026-12.io.capsule:nowhere: "+url+" serves no such subsystem (it serves "+
+		"nqn.2026-11.io.capsule:default, "+other+")", out)
 }

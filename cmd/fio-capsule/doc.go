@@ -5,14 +5,15 @@
 // transport it speaks.
 //
 //	fio --name=job --ioengine=external:bin/fio-capsule.so --thread=1 \
-//	    --uri=shm://capsule [--nsid=1] [--hostnqn=NQN] [--fua=1] \
+//	    --uri=shm://capsule [--nqn=NQN] [--nsid=1] [--hostnqn=NQN] [--fua=1] \
 //	    [--reconnect_timeout=30] --rw=randread --bs=4k --iodepth=32
 //
 // # Layers
 //
 // engine.c is the C shim fio sees: the ioengine_ops table and the option
 // table, and callbacks (setup/init, queue, commit, getevents, event,
-// cleanup, open_file/close_file) that hand each io_u to the Go side
+// cleanup, open_file/close_file, iomem_alloc/iomem_free) that hand each
+// io_u to the Go side
 // through the plain-C interface of capsule_fio.h. exports.go is that Go
 // side's entry points (cgo exports); job.go the logic, free of cgo, which
 // the package's tests drive directly.
@@ -41,8 +42,12 @@
 // of the job's iodepth (WithQueues(1), WithQueueDepth(iodepth)), large
 // buffers for the job's largest block (WithMaxTransfer, WithBuffers), at
 // setup (or at init with create_serialize=0), and closes it at cleanup.
-// The namespace (--nsid, default 1) is the job's one file: no --filename,
-// its size is the namespace's.
+// The subsystem is the one --nqn names, else the first NVM subsystem the
+// discovery log at the URL lists (host.Dial without WithSubsystem); when
+// the one --nqn names cannot be connected to and the discovery log does
+// not list it, the job fails with a message naming the NVM subsystems it
+// does list. The namespace (--nsid, default 1) is the job's one file: no
+// --filename, its size is the namespace's.
 //
 // thread=1 is required, as for SPDK's plugin: the Go runtime started when
 // fio loaded the engine does not survive fork, so the engine refuses
@@ -50,6 +55,16 @@
 //
 // # The I/O path
 //
+//   - fio's I/O memory (the io_u buffers, which verify reads into too) is
+//     the job's registered memory of the host library: fio asks the
+//     engine for it (iomem_alloc, after init, so the job is connected),
+//     and the engine takes it from host.Controller.AllocBuffer, outside
+//     the Go heap and registered once with the job's transport for the
+//     job's life; iomem_free, before cleanup, gives it back. Reads and
+//     writes in it move with no copy on the host side: the controller
+//     RDMA-Reads writes from it and RDMA-Writes reads into it (a write
+//     that travels in the capsule is sent from it, in the Send's second
+//     SGE), and on TCP the PDUs are written from it and read into it.
 //   - queue takes an io_u: a Request from the job's pool (iodepth of
 //     them, made once) with the io_u's pointer as its Tag, kept until
 //     commit. Reads and writes use fio's buffer (io_u->xfer_buf) as the
@@ -65,8 +80,9 @@
 //     Done records (tag, errno, residual) in the job's finished list and
 //     wakes the fio thread only when as many are finished as getevents
 //     waits for. getevents hands them to the shim's event array; event
-//     sets io_u->error and resid from it. Nothing is allocated per I/O on
-//     the Go side.
+//     sets io_u->error and resid from it. Nothing is allocated, and no
+//     data copied, per I/O on the Go side (TestJobNoAllocations here,
+//     TestAllocBufferNoCopy in nvmeof/host).
 //   - Errors: EINVAL for a request the namespace refuses (unaligned, out of
 //     range), EOPNOTSUPP for a command the controller lacks, EIO for NVMe
 //     errors and for a target that stayed away longer than
@@ -75,11 +91,13 @@
 //
 // # Sharp edges
 //
-//   - Data is copied once on the host side: the host library copies a
-//     write's bytes from fio's buffer into its registered buffers, and a
-//     read's out of them (nvmeof/host never registers the caller's
-//     memory). fio's buffers are not the host's registered ones, since
-//     the host API has no way to hand its registered buffers out.
+//   - Because the engine allocates fio's I/O memory, fio refuses
+//     --mem/--iomem with this engine ("option 'mem/iomem' conflicts with
+//     specified IO engine"). The memory stays registered with remote
+//     access while the job runs: the target is trusted with fio's
+//     buffers, as with the host library's own (nvmeof/host, Sharp edges).
+//     A buffer that is not in it (none that fio makes) would still work,
+//     copied through the host's own registered buffers.
 //   - fio's verify, trims and syncs go through the same queue as reads and
 //     writes; a sync waits for nothing that is still in flight, as NVM
 //     Flush does not.

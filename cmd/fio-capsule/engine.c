@@ -45,6 +45,7 @@ struct capsule_options {
 	char *hostnqn;
 	unsigned int fua;
 	unsigned int reconnect_timeout;
+	char *nqn;
 };
 
 /* Per job: the Go side's handle and the array getevents fills. */
@@ -61,6 +62,15 @@ static struct fio_option options[] = {
 		.type = FIO_OPT_STR_STORE,
 		.off1 = offsetof(struct capsule_options, uri),
 		.help = "capsule target URL: shm://NAME, iwarp://HOST:PORT, tcp://HOST:PORT, rdma://HOST:PORT",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "nqn",
+		.lname = "subsystem NQN",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct capsule_options, nqn),
+		.help = "NVM subsystem to connect to (default: the first one the target's discovery log lists)",
 		.category = FIO_OPT_C_ENGINE,
 		.group = FIO_OPT_G_INVALID,
 	},
@@ -146,7 +156,7 @@ static int capsule_open(struct thread_data *td)
 	if (td->o.max_bs[DDIR_WRITE] > maxbs)
 		maxbs = td->o.max_bs[DDIR_WRITE];
 	err[0] = 0;
-	cd->job = capsule_fio_open(o->uri, o->nsid, o->hostnqn, cd->nr_events, maxbs,
+	cd->job = capsule_fio_open(o->uri, o->nqn && o->nqn[0] ? o->nqn : NULL, o->nsid, o->hostnqn, cd->nr_events, maxbs,
 				   (int)o->reconnect_timeout, &size, &bs, err, sizeof(err));
 	if (!cd->job) {
 		fprintf(stderr, "fio-capsule: %s\n", err);
@@ -188,6 +198,39 @@ static void capsule_cleanup(struct thread_data *td)
 	free(cd->events);
 	free(cd);
 	td->io_ops_data = NULL;
+}
+
+/*
+ * fio's io_u buffers are the job's registered memory of the host library
+ * (host.Controller.AllocBuffer): reads and writes move between it and the
+ * target without a copy. fio calls this after init, so the job is open.
+ */
+static int capsule_iomem_alloc(struct thread_data *td, size_t total_mem)
+{
+	struct capsule_data *cd = td->io_ops_data;
+	char err[512];
+	void *p;
+
+	if (!cd)
+		return 1;
+	err[0] = 0;
+	p = capsule_fio_iomem_alloc(cd->job, total_mem, err, sizeof(err));
+	if (!p) {
+		fprintf(stderr, "fio-capsule: %s\n", err);
+		return 1;
+	}
+	td->orig_buffer = p;
+	return 0;
+}
+
+/* Before cleanup: fio frees its buffers, then closes the engine. */
+static void capsule_iomem_free(struct thread_data *td)
+{
+	struct capsule_data *cd = td->io_ops_data;
+
+	if (cd && td->orig_buffer)
+		capsule_fio_iomem_free(cd->job);
+	td->orig_buffer = NULL;
 }
 
 static enum fio_q_status capsule_queue(struct thread_data *td, struct io_u *io_u)
@@ -290,6 +333,8 @@ static struct ioengine_ops capsule_ops = {
 	.open_file = capsule_open_file,
 	.close_file = capsule_close_file,
 	.invalidate = capsule_invalidate,
+	.iomem_alloc = capsule_iomem_alloc,
+	.iomem_free = capsule_iomem_free,
 	.options = options,
 	.option_struct_size = sizeof(struct capsule_options),
 };

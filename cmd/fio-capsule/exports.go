@@ -22,7 +22,7 @@ import (
 // namespace's size and block size; 0 and a message in errbuf on failure.
 //
 //export capsule_fio_open
-func capsule_fio_open(uri *C.char, nsid C.uint, hostnqn *C.char, depth C.int, maxbs C.ulonglong,
+func capsule_fio_open(uri, nqn *C.char, nsid C.uint, hostnqn *C.char, depth C.int, maxbs C.ulonglong,
 	reconnectSec C.int, size *C.ulonglong, bs *C.uint, errbuf *C.char, errlen C.int) C.uintptr_t {
 	cfg := jobConfig{
 		NSID:             uint32(nsid),
@@ -33,6 +33,9 @@ func capsule_fio_open(uri *C.char, nsid C.uint, hostnqn *C.char, depth C.int, ma
 	if uri != nil {
 		cfg.URI = C.GoString(uri)
 	}
+	if nqn != nil {
+		cfg.NQN = C.GoString(nqn)
+	}
 	if hostnqn != nil {
 		cfg.HostNQN = C.GoString(hostnqn)
 	}
@@ -40,15 +43,44 @@ func capsule_fio_open(uri *C.char, nsid C.uint, hostnqn *C.char, depth C.int, ma
 	defer cancel()
 	j, err := openJob(ctx, cfg)
 	if err != nil {
-		if errlen > 0 {
-			msg := unsafe.Slice((*byte)(unsafe.Pointer(errbuf)), int(errlen))
-			msg[copy(msg[:len(msg)-1], err.Error())] = 0
-		}
+		putError(errbuf, errlen, err)
 		return 0
 	}
 	*size = C.ulonglong(j.size())
 	*bs = C.uint(j.blockSize())
 	return C.uintptr_t(cgo.NewHandle(j))
+}
+
+// capsule_fio_iomem_alloc returns size bytes of the job's registered I/O
+// memory, outside the Go heap, for fio's io_u buffers; NULL and a message
+// in errbuf on failure.
+//
+//export capsule_fio_iomem_alloc
+func capsule_fio_iomem_alloc(h C.uintptr_t, size C.size_t, errbuf *C.char, errlen C.int) unsafe.Pointer {
+	j := cgo.Handle(h).Value().(*job)
+	mem, err := j.allocMem(int(size))
+	if err != nil {
+		putError(errbuf, errlen, err)
+		return nil
+	}
+	return unsafe.Pointer(unsafe.SliceData(mem))
+}
+
+// capsule_fio_iomem_free releases what capsule_fio_iomem_alloc returned.
+//
+//export capsule_fio_iomem_free
+func capsule_fio_iomem_free(h C.uintptr_t) {
+	cgo.Handle(h).Value().(*job).freeMem()
+}
+
+// putError writes err's message, NUL-terminated and cut to fit, into
+// the C buffer errbuf of errlen bytes.
+func putError(errbuf *C.char, errlen C.int, err error) {
+	if errbuf == nil || errlen <= 0 {
+		return
+	}
+	msg := unsafe.Slice((*byte)(unsafe.Pointer(errbuf)), int(errlen))
+	msg[copy(msg[:len(msg)-1], err.Error())] = 0
 }
 
 // capsule_fio_queue takes one io_u; 0, CAPSULE_FIO_BUSY, or an errno

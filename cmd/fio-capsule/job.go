@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 )
 
@@ -17,6 +20,9 @@ import (
 type jobConfig struct {
 	// URI is the capsule URL (shm://, iwarp://, tcp://, rdma://).
 	URI string
+	// NQN, when set, is the NVM subsystem to connect to; without it, the
+	// first NVM subsystem of the discovery log at URI.
+	NQN string
 	// NSID is the namespace (default 1).
 	NSID uint32
 	// HostNQN, when set, is presented instead of the machine's.
@@ -50,6 +56,9 @@ type job struct {
 	ctrl *host.Controller
 	ns   *host.Namespace
 	done func(*host.Request) // j.onDone, made once
+	// mem is fio's I/O memory (allocMem), registered with the host
+	// library: reads and writes in it move without a copy.
+	mem []byte
 
 	// Touched only by the fio thread.
 	free    []*host.Request // Requests not in flight
@@ -88,6 +97,9 @@ func openJob(ctx context.Context, cfg jobConfig) (*job, error) {
 		host.WithMaxTransfer(maxTransfer),
 		host.WithBuffers(cfg.Depth),
 	}
+	if cfg.NQN != "" {
+		opts = append(opts, host.WithSubsystem(cfg.NQN))
+	}
 	if cfg.HostNQN != "" {
 		opts = append(opts, host.WithHostNQN(cfg.HostNQN))
 	}
@@ -99,6 +111,9 @@ func openJob(ctx context.Context, cfg jobConfig) (*job, error) {
 	}
 	c, err := host.Dial(ctx, cfg.URI, opts...)
 	if err != nil {
+		if cfg.NQN != "" {
+			return nil, subsystemError(ctx, cfg, err)
+		}
 		return nil, fmt.Errorf("connecting to %s: %w", cfg.URI, err)
 	}
 	ns, err := c.Namespace(cfg.NSID)
@@ -122,11 +137,66 @@ func openJob(ctx context.Context, cfg jobConfig) (*job, error) {
 	return j, nil
 }
 
+// subsystemError explains why the subsystem --nqn names could not be
+// connected to: when the discovery log at the URL does not list it, the
+// error says so and names the NVM subsystems it does list.
+func subsystemError(ctx context.Context, cfg jobConfig, err error) error {
+	var dopts []host.Option
+	if cfg.HostNQN != "" {
+		dopts = append(dopts, host.WithHostNQN(cfg.HostNQN))
+	}
+	entries, derr := host.Discover(ctx, cfg.URI, dopts...)
+	if derr != nil {
+		return fmt.Errorf("connecting to subsystem %s at %s: %w", cfg.NQN, cfg.URI, err)
+	}
+	var served []string
+	for _, e := range entries {
+		if e.SUBTYPE != nvmeof.SubsystemNVMe {
+			continue
+		}
+		if e.SUBNQN == cfg.NQN {
+			return fmt.Errorf("connecting to subsystem %s at %s: %w", cfg.NQN, cfg.URI, err)
+		}
+		if !slices.Contains(served, e.SUBNQN) {
+			served = append(served, e.SUBNQN)
+		}
+	}
+	if len(served) == 0 {
+		return fmt.Errorf("--nqn=%s: %s serves no NVM subsystem", cfg.NQN, cfg.URI)
+	}
+	return fmt.Errorf("--nqn=%s: %s serves no such subsystem (it serves %s)", cfg.NQN, cfg.URI, strings.Join(served, ", "))
+}
+
 // size is the namespace's size in bytes; blockSize its block size.
 func (j *job) size() int64     { return j.ns.Size() }
 func (j *job) blockSize() int  { return j.ns.BlockSize() }
 func (j *job) close() error    { return j.ctrl.Close() }
 func (j *job) info() host.Info { i, _ := j.ctrl.Info(); return i }
+
+// allocMem returns size bytes of the controller's registered memory
+// (host.Controller.AllocBuffer) for fio's io_u buffers, once per job:
+// fio's reads and writes then move straight between it and the target.
+func (j *job) allocMem(size int) ([]byte, error) {
+	if j.mem != nil {
+		return nil, errors.New("the job's I/O memory is already allocated")
+	}
+	mem, err := j.ctrl.AllocBuffer(size)
+	if err != nil {
+		return nil, fmt.Errorf("allocating %d bytes of registered I/O memory: %w", size, err)
+	}
+	j.mem = mem
+	return mem, nil
+}
+
+// freeMem releases what allocMem returned; no I/O may be in flight.
+func (j *job) freeMem() error {
+	if j.mem == nil {
+		return nil
+	}
+	err := j.ctrl.FreeBuffer(j.mem)
+	j.mem = nil
+	return err
+}
 
 // queue takes one io_u (tag): op at off, with buf (reads and writes) or
 // length bytes (trims). It is sent at the next commit. The only error is

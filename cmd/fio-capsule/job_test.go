@@ -17,6 +17,9 @@ import (
 	"github.com/capsule-storage/capsule/nvmeof/target"
 )
 
+// testNQN is the subsystem startTarget serves.
+const testNQN = "nqn.2026-12.io.capsule:fio-engine-test"
+
 // startTarget serves a 16 MiB memory namespace (4 KiB blocks) at url in
 // this process and returns the address it listens on.
 func startTarget(t *testing.T, url string) string {
@@ -24,7 +27,7 @@ func startTarget(t *testing.T, url string) string {
 	tgt, err := target.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { tgt.Close() })
-	sub, err := tgt.AddSubsystem(target.SubsystemConfig{NQN: "nqn.2026-12.io.capsule:fio-engine-test", AllowAnyHost: true})
+	sub, err := tgt.AddSubsystem(target.SubsystemConfig{NQN: testNQN, AllowAnyHost: true})
 	require.NoError(t, err)
 	dev, err := blockdev.NewMemory(16 << 20)
 	require.NoError(t, err)
@@ -62,9 +65,15 @@ func TestJob(t *testing.T) {
 			require.Equal(t, int64(16<<20), j.size())
 			require.Equal(t, 4096, j.blockSize())
 
+			// fio's buffers: the job's registered memory, as the
+			// engine's iomem_alloc hands it to fio.
+			mem, err := j.allocMem(2 * depth * 64 << 10)
+			require.NoError(t, err)
+			t.Cleanup(func() { j.freeMem() })
 			bufs := make([][]byte, depth)
 			for i := range bufs {
-				bufs[i] = bytes.Repeat([]byte{byte(i + 1)}, 64<<10)
+				bufs[i] = mem[i*64<<10 : (i+1)*64<<10]
+				copy(bufs[i], bytes.Repeat([]byte{byte(i + 1)}, 64<<10))
 				require.NoError(t, j.queue(uint64(100+i), host.OpWrite, int64(i)*64<<10, bufs[i], 0, i%2 == 0))
 			}
 			require.ErrorIs(t, j.queue(999, host.OpWrite, 0, bufs[0], 0, false), errBusy, "the pool holds iodepth requests")
@@ -76,7 +85,7 @@ func TestJob(t *testing.T) {
 
 			reads := make([][]byte, depth)
 			for i := range reads {
-				reads[i] = make([]byte, 64<<10)
+				reads[i] = mem[(depth+i)*64<<10 : (depth+i+1)*64<<10]
 				require.NoError(t, j.queue(uint64(200+i), host.OpRead, int64(i)*64<<10, reads[i], 0, false))
 			}
 			j.commit()
@@ -135,8 +144,27 @@ func TestOpenJobErrors(t *testing.T) {
 	assert.ErrorContains(t, err, "connecting to tcp://127.0.0.1:1")
 }
 
+// TestOpenJobNQN: --nqn picks the subsystem; one the target does not
+// serve fails the job with a message that names the ones it serves.
+func TestOpenJobNQN(t *testing.T) {
+	addr := startTarget(t, "tcp://127.0.0.1:0")
+	j, err := openJob(context.Background(), jobConfig{URI: addr, NQN: testNQN, Depth: 1, MaxBlock: 4096})
+	require.NoError(t, err)
+	assert.Equal(t, testNQN, j.info().Identify.SUBNQN)
+	require.NoError(t, j.close())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = openJob(ctx, jobConfig{URI: addr, NQN: "nqn.2026-12.io.capsule:nothing-here", Depth: 1})
+	require.Error(t, err)
+	assert.Equal(t, "--nqn=nqn.2026-12.io.capsule:nothing-here: "+addr+" serves no such subsystem (it serves "+testNQN+")", err.Error())
+}
+
 // TestJobNoAllocations: queue, commit and getevents allocate nothing per
-// I/O in steady state (R8), for a window of 8 reads.
+// I/O in steady state (R8), for a window of 8 reads and one of 8 writes,
+// in the job's registered memory as fio's buffers are (that the host
+// copies none of it is nvmeof/host's TestAllocBufferNoCopy); and plain
+// memory, which the host copies, allocates nothing either.
 func TestJobNoAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on synchronization")
@@ -146,24 +174,35 @@ func TestJobNoAllocations(t *testing.T) {
 	j, err := openJob(context.Background(), jobConfig{URI: addr, Depth: depth, MaxBlock: 4096})
 	require.NoError(t, err)
 	t.Cleanup(func() { j.close() })
-	buf := make([]byte, depth*4096)
+	mem, err := j.allocMem(depth * 4096)
+	require.NoError(t, err)
 	var failed int32
 	collect := func(_ int, c completion) { failed |= c.errno }
-	window := func() {
-		for i := range depth {
-			if err := j.queue(uint64(i+1), host.OpRead, int64(i)*4096, buf[i*4096:(i+1)*4096], 0, false); err != nil {
-				t.Fatal(err)
+	for name, tc := range map[string]struct {
+		op  host.Op
+		buf []byte
+	}{
+		"reads":               {host.OpRead, mem},
+		"writes":              {host.OpWrite, mem},
+		"reads, plain memory": {host.OpRead, make([]byte, depth*4096)},
+	} {
+		window := func() {
+			for i := range depth {
+				if err := j.queue(uint64(i+1), tc.op, int64(i)*4096, tc.buf[i*4096:(i+1)*4096], 0, false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j.commit()
+			for got := 0; got < depth; {
+				got += j.getevents(1, depth, -1, collect)
 			}
 		}
-		j.commit()
-		for got := 0; got < depth; {
-			got += j.getevents(1, depth, -1, collect)
+		for range 100 {
+			window()
 		}
+		allocs := testing.AllocsPerRun(200, window)
+		require.Zero(t, failed, name)
+		require.Zero(t, allocs, "a window of %d %s allocates", depth, name)
 	}
-	for range 100 {
-		window()
-	}
-	allocs := testing.AllocsPerRun(200, window)
-	require.Zero(t, failed)
-	require.Zero(t, allocs, "a window of %d reads allocates", depth)
+	require.NoError(t, j.freeMem())
 }

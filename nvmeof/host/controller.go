@@ -82,6 +82,8 @@ type Controller struct {
 	// through pd.
 	tcp bool
 	pd  rdma.PD
+	// bufs is the caller's registered I/O memory (buffers.go).
+	bufs ioBuffers
 
 	// ctx is canceled when Close starts; reconnect attempts use it.
 	ctx    context.Context
@@ -1006,6 +1008,7 @@ func (c *Controller) Close() error {
 		r.failRest(ErrClosed)
 		r.finish()
 	}
+	c.freeBuffers()
 	err := c.closePD()
 	c.mu.Lock()
 	c.state = StateClosed

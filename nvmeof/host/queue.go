@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/rdma"
 )
 
 const (
@@ -143,8 +144,20 @@ type slot struct {
 	// target of C2HData and the source of H2CData).
 	xfer []byte
 	// inPlace: xfer is the read request's own buffer, which the data
-	// reaches without a copy (a transport that reads in place).
+	// reaches without a copy (a transport that reads in place, or
+	// direct memory).
 	inPlace bool
+	// direct is the part of the request's Buf a read or write chunk
+	// moves straight from or into, when it lies in memory of
+	// Controller.AllocBuffer (nil otherwise); dmr is that memory's
+	// registration (nil on TCP) and doff direct's offset in it. Set with
+	// the reservation, under queue.mu.
+	direct []byte
+	dmr    rdma.MR
+	doff   int
+	// icData is in-capsule data sent from direct rather than from the
+	// slot's area: the transport sends the SQE and then icData.
+	icData []byte
 }
 
 func (s *slot) cid() uint16 { return s.idx | s.gen<<cidIndexBits }
@@ -450,8 +463,20 @@ func (q *queue) reserveLocked() *slot {
 			return nil
 		}
 		off, n := q.nextChunk(r)
+		var direct []byte
+		var dmr rdma.MR
+		var doff int
+		if r.Op == OpRead || r.Op == OpWrite {
+			if lo := off - r.Offset; lo >= 0 && lo+n <= int64(len(r.Buf)) {
+				p := r.Buf[lo : lo+n : lo+n]
+				var ok bool
+				if dmr, doff, ok = q.ctrl.registered(p); ok {
+					direct = p
+				}
+			}
+		}
 		buf := -1
-		if (r.Op == OpRead || r.Op == OpWrite) && n > int64(q.cfg.area) || r.Op == opPassthru && q.passthruNeedsBuffer(r) {
+		if (r.Op == OpRead || r.Op == OpWrite) && direct == nil && n > int64(q.cfg.area) || r.Op == opPassthru && q.passthruNeedsBuffer(r) {
 			if len(q.freeBufs) == 0 {
 				return nil
 			}
@@ -463,6 +488,7 @@ func (q *queue) reserveLocked() *slot {
 		s.busy = true
 		s.req = r
 		s.off, s.n, s.buf = off, n, buf
+		s.direct, s.dmr, s.doff = direct, dmr, doff
 		s.tick = q.ctrl.tick.Load()
 		s.gen = (s.gen + 1) & cidGenMask
 		if len(r.retry) > 0 {
@@ -530,7 +556,7 @@ func (q *queue) dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor {
 func (q *queue) issue(s *slot) {
 	defer q.issuing.Done()
 	r := s.req
-	s.xfer, s.inPlace = nil, false
+	s.xfer, s.inPlace, s.icData = nil, false, nil
 	var cmd nvmeof.Command
 	capLen := nvmeof.CommandSize
 	cmd.DPTR = q.tr.nullSGL()
@@ -546,12 +572,21 @@ func (q *queue) issue(s *slot) {
 		cmd.SetBlocks(uint32(s.n >> ns.shift))
 		cmd.SetFUA(r.FUA)
 		if r.Op == OpWrite {
-			copy(q.data(s)[:s.n], r.Buf[s.off-r.Offset:])
+			if s.direct == nil {
+				copy(q.data(s)[:s.n], r.Buf[s.off-r.Offset:])
+			}
 			if s.buf < 0 && s.n <= int64(q.cfg.icd) {
 				cmd.DPTR = nvmeof.InCapsuleSGL{Length: uint32(s.n)}.Descriptor()
 				capLen += int(s.n)
+				s.icData = s.direct
 				break
 			}
+		}
+		if s.direct != nil {
+			// The caller's registered memory: no copy either way.
+			s.xfer, s.inPlace = s.direct, r.Op == OpRead
+			cmd.DPTR = q.tr.directSGL(s)
+			break
 		}
 		cmd.DPTR = q.dataSGL(s, 0, s.n)
 		if r.Op == OpRead && q.tr.readsInPlace() {

@@ -38,7 +38,7 @@ type rdmaTransport struct {
 
 	recvs []rdma.RecvWR
 	wrs   []rdma.SendWR // one per slot
-	sges  []rdma.SGE    // one per slot
+	sges  []rdma.SGE    // two per slot: the capsule, and in-capsule data sent from the caller's registered memory
 
 	signalEvery uint32
 	sends       atomic.Uint32 // inline Sends posted, for periodic signaling
@@ -72,7 +72,7 @@ func newRDMATransport(q *queue, pd rdma.PD) (_ *rdmaTransport, err error) {
 	}
 	t.qp, err = pd.CreateQP(rdma.QPConfig{
 		SendCQ: t.cq, RecvCQ: t.cq,
-		MaxSendWR: maxSend, MaxRecvWR: qc.entries, MaxSGE: 1, MaxInline: maxInline,
+		MaxSendWR: maxSend, MaxRecvWR: qc.entries, MaxSGE: 2, MaxInline: maxInline,
 	})
 	if err != nil {
 		return nil, err
@@ -101,10 +101,10 @@ func newRDMATransport(q *queue, pd rdma.PD) (_ *rdmaTransport, err error) {
 		t.recvs[i] = rdma.RecvWR{ID: wrRecv | uint64(i), SGL: sges[i : i+1]}
 	}
 	t.wrs = make([]rdma.SendWR, depth)
-	t.sges = make([]rdma.SGE, depth)
+	t.sges = make([]rdma.SGE, 2*depth)
 	for i := range t.wrs {
-		t.sges[i] = rdma.SGEOf(t.slotMR, i*q.stride, nvmeof.CommandSize)
-		t.wrs[i] = rdma.SendWR{Op: rdma.OpSend, SGL: t.sges[i : i+1]}
+		t.sges[2*i] = rdma.SGEOf(t.slotMR, i*q.stride, nvmeof.CommandSize)
+		t.wrs[i] = rdma.SendWR{Op: rdma.OpSend, SGL: t.sges[2*i : 2*i+1]}
 	}
 	t.batch = make([]rdma.SendWR, 0, depth)
 	t.posting = make([]rdma.SendWR, 0, depth)
@@ -199,7 +199,22 @@ func (t *rdmaTransport) post(wrs []rdma.SendWR) {
 func (t *rdmaTransport) send(s *slot, capLen int) {
 	q := t.q
 	wr := &t.wrs[s.idx]
-	t.sges[s.idx].Length = uint32(capLen)
+	i := 2 * int(s.idx)
+	if s.icData != nil && capLen <= maxInline {
+		// Inline copies anyway: from the capsule, in one SGE.
+		copy(s.capsule[nvmeof.CommandSize:capLen], s.icData)
+		s.icData = nil
+	}
+	if s.icData != nil {
+		// The SQE from the slot, the data from the caller's registered
+		// memory.
+		t.sges[i].Length = nvmeof.CommandSize
+		t.sges[i+1] = rdma.SGEOf(s.dmr, s.doff, len(s.icData))
+		wr.SGL = t.sges[i : i+2]
+	} else {
+		t.sges[i].Length = uint32(capLen)
+		wr.SGL = t.sges[i : i+1]
+	}
 	if capLen <= maxInline {
 		wr.Flags = rdma.Inline
 		wr.ID = wrQuiet | uint64(s.idx)
@@ -324,6 +339,13 @@ func (t *rdmaTransport) dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor 
 		k.Key = t.slotMR.RKey()
 	}
 	d, _ := k.Descriptor() // lengths are below 2^24 by construction
+	return d
+}
+
+// directSGL returns a keyed SGL (40h) for the chunk's bytes in the
+// caller's registered memory.
+func (t *rdmaTransport) directSGL(s *slot) nvmeof.SGLDescriptor {
+	d, _ := nvmeof.KeyedSGL{Address: s.dmr.Addr() + uint64(s.doff), Length: uint32(s.n), Key: s.dmr.RKey()}.Descriptor()
 	return d
 }
 

@@ -65,8 +65,10 @@ func (o Op) String() string {
 // and the host's buffers require; they run on one I/O queue. Data moves
 // through the host's registered buffers: a write copies Buf into them when
 // each command is issued, a read copies out of them into Buf when each
-// command completes. The host reads Buf (writes) or writes it (reads)
-// only between Submit and completion.
+// command completes; unless Buf lies in memory of Controller.AllocBuffer,
+// which the data moves straight from and into, with no copy. The host
+// reads Buf (writes) or writes it (reads) only between Submit and
+// completion.
 type Request struct {
 	// Op is the operation.
 	Op Op

@@ -477,6 +477,9 @@ func (t *tcpTransport) send(s *slot, capLen int) {
 		hd, flags = nvmeof.TCPDigestSize, nvmeof.TCPFlagHDGSTF
 	}
 	data := s.capsule[nvmeof.CommandSize:capLen]
+	if s.icData != nil {
+		data = s.icData
+	}
 	plen, pdo := nvmeof.TCPCapsuleCmdHeaderSize+hd, 0
 	if len(data) > 0 {
 		pdo = nvmeof.TCPDataOffset(plen, t.cpda)
@@ -553,6 +556,12 @@ func (t *tcpTransport) readsInPlace() bool { return true }
 // R2T/H2CData or C2HData PDUs through s.xfer.
 func (t *tcpTransport) dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor {
 	return nvmeof.TransportSGL{Length: uint32(n)}.Descriptor()
+}
+
+// directSGL returns a Transport SGL Data Block: H2CData is written from,
+// and C2HData read into, the caller's memory (s.xfer).
+func (t *tcpTransport) directSGL(s *slot) nvmeof.SGLDescriptor {
+	return nvmeof.TransportSGL{Length: uint32(s.n)}.Descriptor()
 }
 
 // rawStart: an admin command's data moves straight from and into

@@ -23,7 +23,8 @@ type queueTransport interface {
 	// run is the queue goroutine: it receives until q.ctx ends, and calls
 	// q.fail when the connection fails.
 	run()
-	// send sends the capsule of slot s: its first capLen bytes. It sets
+	// send sends the capsule of slot s: its first capLen bytes, or, when
+	// s.icData is set, the SQE and then s.icData as in-capsule data. It sets
 	// s.waitSend when the slot must not complete before the transport
 	// reports the capsule sent, and s.live before the capsule can be
 	// answered. Any goroutine; inside a batch (q.batchOn) it may hold
@@ -40,6 +41,10 @@ type queueTransport interface {
 	// dataSGL returns SGL1 for n bytes at off of the slot's data memory
 	// (s.xfer is that memory).
 	dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor
+	// directSGL returns SGL1 for a read or write chunk whose data lies in
+	// the caller's registered memory (s.direct, s.dmr, s.doff; s.xfer is
+	// s.direct): the data moves straight from or into it.
+	directSGL(s *slot) nvmeof.SGLDescriptor
 	// rawStart prepares the data of an admin or Fabrics command that is
 	// not in the capsule; rawSGL returns its SGL1 when it is issued from
 	// slot s; rawEnd copies controller-to-host data back into raw.data
