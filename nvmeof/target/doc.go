@@ -316,9 +316,10 @@
 //	Set Features 0Bh: any defined AEC bit     accept (0x11F from SPDK);  accept the defined bits   accept, reserved cleared
 //	                                          reserved bits dropped
 //	Set Features 81h (Host Identifier)        Command Sequence Error     Command Sequence Error    Command Sequence Error
-//	Set Features 83h PTPL 1, Register CPTPL   persist (with a            (not read)                persist (a JSON file)
-//	  11b                                      ReservationStore), else
-//	                                           Invalid Field
+//	Set Features 83h PTPL 1, Register CPTPL   persist (with a            Set Features 83h: Invalid persist (a JSON file)
+//	  11b                                      ReservationStore), else    Field; CPTPL not read;
+//	                                           Invalid Field              Report PTPLS 0 (pr.c:
+//	                                                                     nothing persists)
 //	Get Features 81h without EXHID            Invalid Field              Invalid Field             Invalid Field
 //	Set Features with SV                      Feature Not Saveable       not checked               Feature Not Saveable
 //	Get Log Page 0Ch: LSP bits but RGO; RAE   ignored; RAE keeps the     ignored; RAE keeps the    ignored; RAE keeps the
