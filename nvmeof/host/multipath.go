@@ -766,35 +766,11 @@ func (mn *MultipathNamespace) run(op Op, off int64, buf []byte, length int64) (i
 
 // ReadAt reads len(p) bytes at off (see Namespace for the contract).
 func (mn *MultipathNamespace) ReadAt(p []byte, off int64) (int, error) {
-	size := mn.ref.size
-	if off < 0 {
-		return 0, fmt.Errorf("%w: read at %d", ErrOutOfRange, off)
-	}
-	if off >= size {
-		return 0, io.EOF
-	}
-	eof := false
-	if int64(len(p)) > size-off {
-		p = p[:size-off]
-		eof = true
-	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	n, err := mn.run(OpRead, off, p, 0)
-	if err == nil && eof {
-		err = io.EOF
-	}
-	return n, err
+	return readAt(mn, mn.ref.size, p, off)
 }
 
 // WriteAt writes p at off (see Namespace for the contract).
-func (mn *MultipathNamespace) WriteAt(p []byte, off int64) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	return mn.run(OpWrite, off, p, 0)
-}
+func (mn *MultipathNamespace) WriteAt(p []byte, off int64) (int, error) { return writeAt(mn, p, off) }
 
 // Flush makes the writes completed so far durable, through one path: a
 // write completed through one controller of the subsystem is in the
@@ -806,11 +782,7 @@ func (mn *MultipathNamespace) Flush() error {
 
 // WriteZeroes zeroes length bytes at off (see Namespace.WriteZeroes).
 func (mn *MultipathNamespace) WriteZeroes(off, length int64) error {
-	if length == 0 {
-		return nil
-	}
-	_, err := mn.run(OpWriteZeroes, off, nil, length)
-	return err
+	return ranged(mn, OpWriteZeroes, off, length)
 }
 
 var (
@@ -820,9 +792,5 @@ var (
 
 // Discard deallocates length bytes at off (see Namespace.Discard).
 func (mn *MultipathNamespace) Discard(off, length int64) error {
-	if length == 0 {
-		return nil
-	}
-	_, err := mn.run(OpDiscard, off, nil, length)
-	return err
+	return ranged(mn, OpDiscard, off, length)
 }

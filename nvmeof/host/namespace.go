@@ -225,36 +225,57 @@ func (ns *Namespace) run(op Op, off int64, buf []byte, length int64) (int, error
 	return n, err
 }
 
-// ReadAt reads len(p) bytes at off (see Namespace for the contract).
-func (ns *Namespace) ReadAt(p []byte, off int64) (int, error) {
+// syncRunner runs one request and waits for it: Namespace and
+// MultipathNamespace, whose synchronous calls share the helpers below.
+type syncRunner interface {
+	run(op Op, off int64, buf []byte, length int64) (int, error)
+}
+
+// readAt is ReadAt of a namespace of size bytes: io.ReaderAt's contract,
+// io.EOF at and past the end.
+func readAt(r syncRunner, size int64, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("%w: read at %d", ErrOutOfRange, off)
 	}
-	if off >= ns.size {
+	if off >= size {
 		return 0, io.EOF
 	}
 	eof := false
-	if int64(len(p)) > ns.size-off {
-		p = p[:ns.size-off]
+	if int64(len(p)) > size-off {
+		p = p[:size-off]
 		eof = true
 	}
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := ns.run(OpRead, off, p, 0)
+	n, err := r.run(OpRead, off, p, 0)
 	if err == nil && eof {
 		err = io.EOF
 	}
 	return n, err
 }
 
-// WriteAt writes p at off (see Namespace for the contract).
-func (ns *Namespace) WriteAt(p []byte, off int64) (int, error) {
+func writeAt(r syncRunner, p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	return ns.run(OpWrite, off, p, 0)
+	return r.run(OpWrite, off, p, 0)
 }
+
+// ranged runs a Write Zeroes or a Discard of length bytes at off.
+func ranged(r syncRunner, op Op, off, length int64) error {
+	if length == 0 {
+		return nil
+	}
+	_, err := r.run(op, off, nil, length)
+	return err
+}
+
+// ReadAt reads len(p) bytes at off (see Namespace for the contract).
+func (ns *Namespace) ReadAt(p []byte, off int64) (int, error) { return readAt(ns, ns.size, p, off) }
+
+// WriteAt writes p at off (see Namespace for the contract).
+func (ns *Namespace) WriteAt(p []byte, off int64) (int, error) { return writeAt(ns, p, off) }
 
 // Flush makes the writes completed so far durable (NVM Flush).
 func (ns *Namespace) Flush() error {
@@ -266,24 +287,14 @@ func (ns *Namespace) Flush() error {
 // block-aligned. It fails with ErrNotSupported when the controller lacks
 // the command.
 func (ns *Namespace) WriteZeroes(off, length int64) error {
-	if length == 0 {
-		return nil
-	}
-	_, err := ns.run(OpWriteZeroes, off, nil, length)
-	return err
+	return ranged(ns, OpWriteZeroes, off, length)
 }
 
 // Discard deallocates length bytes at off (Dataset Management with
 // Attribute Deallocate), both block-aligned. Reads of deallocated blocks
 // return what the namespace's DLFEAT says (zeros when DLFEAT reads 001b).
 // It fails with ErrNotSupported when the controller lacks the command.
-func (ns *Namespace) Discard(off, length int64) error {
-	if length == 0 {
-		return nil
-	}
-	_, err := ns.run(OpDiscard, off, nil, length)
-	return err
-}
+func (ns *Namespace) Discard(off, length int64) error { return ranged(ns, OpDiscard, off, length) }
 
 // DeallocatedReadsZero reports whether the namespace promises that
 // deallocated (discarded) blocks read as zeros (DLFEAT bits 2:0 = 001b).
