@@ -15,10 +15,14 @@
 // The target decides access: every request goes to it with its caller's
 // credentials — the uid and gid of the kernel's request header and the
 // supplementary groups of /proc/PID/status, kept a second per process
-// (cred.go) — and the target checks them as Linux would (fs/server's
-// doc.go, "Permissions"). The mount is made without default_permissions,
-// so the kernel checks nothing itself, and answers access(2) and
-// chdir(2) by asking the target (ACCESS). I/O through an open file
+// (cred.go; the file is read again then, and a caller whose groups are
+// the same keeps its credential) — and the target checks them as Linux
+// would (fs/server's doc.go, "Permissions"). Each caller's credential
+// and the context its client calls run under are made once and shared
+// by its requests, so a request allocates nothing for them. The mount
+// is made without default_permissions, so the kernel checks nothing
+// itself, and answers access(2) and chdir(2) by asking the target
+// (ACCESS). I/O through an open file
 // (read, write, fsync, fallocate, ftruncate) runs with the credentials
 // that opened it, as a file descriptor keeps its opener's: the target
 // lets that credential do what its handle was opened for.

@@ -24,7 +24,7 @@ import (
 
 // mountMem mounts a fresh in-memory file service and unmounts it when
 // the test ends.
-func mountMem(t *testing.T, o Options) (string, *memClient) {
+func mountMem(t testing.TB, o Options) (string, *memClient) {
 	t.Helper()
 	prereq.FUSE(t)
 	m := newMemClient()
@@ -515,15 +515,55 @@ func TestCallerGroups(t *testing.T) {
 	for _, g := range gs {
 		want = append(want, uint32(g))
 	}
-	got := readGroups(uint32(os.Getpid()))
+	got := readGroupsInto(uint32(os.Getpid()), nil)
 	assert.ElementsMatch(t, want, got)
-	assert.Nil(t, readGroups(0), "no process")
+	assert.Nil(t, readGroupsInto(0, nil), "no process")
 	k := groupsKey{pid: uint32(os.Getpid()), uid: uint32(os.Getuid()), gid: uint32(os.Getgid())}
 	var cache groupsCache
-	c := cache.get(k)
-	assert.Equal(t, capfs.NewCredential(capfs.Cred{Uid: k.uid, Gid: k.gid, Groups: want}), c)
-	assert.Same(t, c, cache.get(k), "kept for groupsTTL")
-	assert.Equal(t, capfs.NewCredential(capfs.Cred{}), cache.get(groupsKey{}), "a request without a pid has no groups")
+	c := cache.lookup(k)
+	assert.Equal(t, capfs.NewCredential(capfs.Cred{Uid: k.uid, Gid: k.gid, Groups: want}), c.cred)
+	assert.Same(t, c, cache.lookup(k), "kept for groupsTTL")
+	assert.Equal(t, capfs.NewCredential(capfs.Cred{}), cache.lookup(groupsKey{}).cred, "a request without a pid has no groups")
+
+	// After groupsTTL the groups are read again; the same groups keep
+	// the same caller, so its context is not made again.
+	cache.m[k] = groupsEntry{c: c, read: time.Now().Add(-2 * groupsTTL)}
+	assert.Same(t, c, cache.lookup(k), "read again, unchanged")
+	changed := newPreparedCred(k, []uint32{12345})
+	cache.m[k] = groupsEntry{c: changed, read: time.Now().Add(-2 * groupsTTL)}
+	assert.Equal(t, c.cred, cache.lookup(k).cred, "read again, changed back")
+
+	// Only a line that ends counts; a long one is read whole.
+	for _, c := range []struct {
+		status string
+		want   []uint32
+		ok     bool
+	}{
+		{"Name:\tx\nGroups:\t4 24 27 \nNgid:\t0\n", []uint32{4, 24, 27}, true},
+		{"Name:\tx\nGroups:\t\nNgid:\t0\n", nil, true},
+		{"Name:\tx\nGroups:\t4 24", nil, false},
+		{"Name:\tx\n", nil, false},
+		{"Name:\tx\nGroups:\t4 99999999999 5\n", []uint32{4, 5}, true},
+	} {
+		line, ok := groupsLine([]byte(c.status))
+		assert.Equal(t, c.ok, ok, c.status)
+		if ok {
+			assert.Equal(t, c.want, parseGroups(line, nil), c.status)
+		}
+	}
+}
+
+// TestOpContextAllocatesNothing: finding a known caller's credential and
+// context costs a request no allocation.
+func TestOpContextAllocatesNothing(t *testing.T) {
+	k := groupsKey{pid: uint32(os.Getpid()), uid: 1000, gid: 1000}
+	c := callerGroups.lookup(k)
+	require.NotNil(t, c.ctx)
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		if callerGroups.lookup(k) != c {
+			t.Fatal("a new caller")
+		}
+	}))
 }
 
 // TestEntryTimeoutGuard: on a mount that serves other users and leaves

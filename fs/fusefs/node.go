@@ -123,18 +123,20 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 }
 
 // opContext is the context a client call runs under. It carries the
-// caller's credentials (callerCred), which the target checks access
+// caller's credentials (callerOf), which the target checks access
 // against, but not the kernel's interrupt: the kernel
 // interrupts a request whenever the calling thread gets any signal (Go
 // programs get SIGURG all the time), and a create or rename the target
 // has done must not turn into EINTR. Every client call is bounded by
 // the client's reconnect timeout instead, so none hangs for ever.
+//
+// The context of a caller is made once and kept with its credential
+// (cred.go): a request allocates nothing for it.
 func opContext(ctx context.Context) context.Context {
-	octx := context.WithoutCancel(ctx)
-	if c := callerCred(ctx); c != nil {
-		return capfs.WithCredential(octx, c)
+	if c := callerOf(ctx); c != nil {
+		return c.ctx
 	}
-	return octx
+	return context.WithoutCancel(ctx)
 }
 
 // handleContext is opContext for I/O through an open file: it runs for
@@ -143,8 +145,8 @@ func opContext(ctx context.Context) context.Context {
 // still reads and writes it; the target lets a handle's credential do
 // what the handle was opened for).
 func handleContext(ctx context.Context, f fs.FileHandle) context.Context {
-	if fh, ok := f.(*fileHandle); ok && fh.cred != nil {
-		return capfs.WithCredential(context.WithoutCancel(ctx), fh.cred)
+	if fh, ok := f.(*fileHandle); ok && fh.opener != nil {
+		return fh.opener.ctx
 	}
 	return opContext(ctx)
 }
@@ -514,14 +516,15 @@ func (n *node) openAttr(ctx context.Context, flags int) (Handle, Attr, error) {
 }
 
 // fileHandle is an open file: the target's handle for it, and the
-// credential that opened it (nil: the request named none).
+// credential that opened it (nil: the request named none), with the
+// context its I/O runs under.
 type fileHandle struct {
-	h    Handle
-	cred *capfs.Credential
+	h      Handle
+	opener *preparedCred
 }
 
 func newFileHandle(ctx context.Context, h Handle) *fileHandle {
-	return &fileHandle{h: h, cred: callerCred(ctx)}
+	return &fileHandle{h: h, opener: callerOf(ctx)}
 }
 
 func handleOf(f fs.FileHandle) Handle {

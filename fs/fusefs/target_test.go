@@ -20,7 +20,7 @@ import (
 
 // mountTarget mounts the file namespace of a target started in this
 // process (package fs/internal/fstest) at url, through the real client.
-func mountTarget(t *testing.T, url string, o Options) (string, *capfs.Client) {
+func mountTarget(t testing.TB, url string, o Options) (string, *capfs.Client) {
 	t.Helper()
 	prereq.FUSE(t)
 	tt := fstest.Start(t, url, server.Options{})

@@ -29,6 +29,18 @@ func (s *Server) dataLock(ino uint64) *sync.RWMutex {
 	return &s.dataLocks[ino%uint64(len(s.dataLocks))]
 }
 
+// inodeOf returns a copy of ino's committed record, from the inode
+// cache when it is there.
+func (s *Server) inodeOf(ino uint64) (*inode, error) {
+	e, err := s.loadInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	n := e.n
+	return &n, nil
+}
+
+// viewInode reads ino's record from the database, past the cache.
 func (s *Server) viewInode(ino uint64) (*inode, error) {
 	var n *inode
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -59,7 +71,9 @@ func (s *Server) readBlock(ino uint64, b int64, p []byte, lo int64) error {
 	return nil
 }
 
-// read reads from a regular file at off into buf.
+// read reads from a regular file at off into buf. The inode (and an
+// inline file's data) comes from the inode cache: a read that finds it
+// there opens no transaction and allocates nothing.
 func (s *Server) read(c *cred, ino uint64, off int64, buf []byte) (int, error) {
 	if off < 0 {
 		return 0, syscall.EINVAL
@@ -67,24 +81,11 @@ func (s *Server) read(c *cred, ino uint64, off int64, buf []byte) (int, error) {
 	l := s.dataLock(ino)
 	l.RLock()
 	defer l.RUnlock()
-	var n *inode
-	var inline []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		if n, err = getInode(tx, ino); err != nil {
-			return err
-		}
-		if n.inline() {
-			d := tx.Bucket(bucketData).Get(inoKey(ino))
-			if off < int64(len(d)) {
-				inline = append(inline, d[off:min(int64(len(d)), off+int64(len(buf)))]...)
-			}
-		}
-		return nil
-	})
+	e, err := s.loadInode(ino)
 	if err != nil {
 		return 0, err
 	}
+	n := &e.n
 	switch {
 	case n.isDir():
 		return 0, syscall.EISDIR
@@ -99,7 +100,10 @@ func (s *Server) read(c *cred, ino uint64, off int64, buf []byte) (int, error) {
 	}
 	want := int(min(int64(len(buf)), int64(n.Size)-off))
 	if n.inline() {
-		c := copy(buf, inline)
+		c := 0
+		if off < int64(len(e.data)) {
+			c = copy(buf[:want], e.data[off:])
+		}
 		clear(buf[c:want])
 		return want, nil
 	}
@@ -170,21 +174,11 @@ func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bo
 	l := s.dataLock(ino)
 	l.Lock()
 	defer l.Unlock()
-	var n *inode
-	var inline []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		if n, err = getInode(tx, ino); err != nil {
-			return err
-		}
-		if n.inline() {
-			inline = append([]byte(nil), tx.Bucket(bucketData).Get(inoKey(ino))...)
-		}
-		return nil
-	})
+	e, err := s.loadInode(ino)
 	if err != nil {
 		return 0, err
 	}
+	n, inline := &e.n, e.data // the cache's: not to be changed
 	switch {
 	case n.isDir():
 		return 0, syscall.EISDIR
@@ -224,10 +218,10 @@ func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bo
 			if kill {
 				killPriv(n)
 			}
-			if err := tx.Bucket(bucketData).Put(inoKey(ino), buf); err != nil {
+			if err := s.putData(tx, ino, buf); err != nil {
 				return err
 			}
-			return putInode(tx, ino, n)
+			return s.putInode(tx, ino, n)
 		})
 		if err != nil {
 			return 0, err
@@ -253,10 +247,10 @@ func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bo
 			}
 			m.Flags &^= flagInline
 			m.Chunks += uint64(added)
-			if err := tx.Bucket(bucketData).Delete(inoKey(ino)); err != nil {
+			if err := s.deleteData(tx, ino); err != nil {
 				return err
 			}
-			return putInode(tx, ino, m)
+			return s.putInode(tx, ino, m)
 		}); err != nil {
 			return 0, err
 		}
@@ -311,7 +305,7 @@ func (s *Server) commitChunks(ino uint64, added, newSize, now int64, kill bool) 
 		if kill {
 			killPriv(n)
 		}
-		return putInode(tx, ino, n)
+		return s.putInode(tx, ino, n)
 	})
 	if errors.Is(err, syscall.ENOENT) {
 		s.deleteChunksLocked(ino, 0, newSize)
@@ -382,10 +376,10 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 				buf := make([]byte, newSize)
 				copy(buf, d)
 				m.Size, m.Mtime, m.Ctime = uint64(newSize), now, now
-				if err := tx.Bucket(bucketData).Put(inoKey(ino), buf); err != nil {
+				if err := s.putData(tx, ino, buf); err != nil {
 					return err
 				}
-				return putInode(tx, ino, m)
+				return s.putInode(tx, ino, m)
 			})
 			if err == nil {
 				s.used.Add(newSize - size)
@@ -411,10 +405,10 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 			m.Flags &^= flagInline
 			m.Chunks += uint64(added)
 			m.Size, m.Mtime, m.Ctime = uint64(newSize), now, now
-			if err := tx.Bucket(bucketData).Delete(inoKey(ino)); err != nil {
+			if err := s.deleteData(tx, ino); err != nil {
 				return err
 			}
-			return putInode(tx, ino, m)
+			return s.putInode(tx, ino, m)
 		})
 		if err == nil {
 			s.used.Add(added*s.bs - size)
@@ -432,7 +426,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 			return err
 		}
 		m.Size, m.Mtime, m.Ctime = uint64(newSize), now, now
-		return putInode(tx, ino, m)
+		return s.putInode(tx, ino, m)
 	})
 	if err != nil || newSize > size {
 		return err
@@ -449,7 +443,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 			return err
 		}
 		m.Chunks = uint64(max(int64(m.Chunks)-dropped, 0))
-		return putInode(tx, ino, m)
+		return s.putInode(tx, ino, m)
 	})
 }
 
@@ -502,7 +496,7 @@ func (s *Server) setAttr(c *cred, ino uint64, in *proto.SetAttr) (a proto.Attr, 
 	if in.Valid&proto.SetSize != 0 {
 		l := s.dataLock(ino)
 		l.Lock()
-		n, err := s.viewInode(ino)
+		n, err := s.inodeOf(ino)
 		if err == nil {
 			switch {
 			case n.isDir():
@@ -569,7 +563,7 @@ func (s *Server) setAttr(c *cred, ino uint64, in *proto.SetAttr) (a proto.Attr, 
 		if in.Valid != 0 {
 			n.Ctime = now
 		}
-		if err := putInode(tx, ino, n); err != nil {
+		if err := s.putInode(tx, ino, n); err != nil {
 			return err
 		}
 		a = s.attrOf(ino, n)
@@ -598,7 +592,7 @@ const (
 // for O_RDONLY, exec instead for the kernel's open of a program, write
 // also for O_TRUNC); an open of the file a create just made has none.
 func (s *Server) openIno(c *cred, ino uint64, flags uint32, check bool) (uint64, proto.Attr, error) {
-	n, err := s.viewInode(ino)
+	n, err := s.inodeOf(ino)
 	if err != nil {
 		return 0, proto.Attr{}, err
 	}
@@ -683,7 +677,7 @@ func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) 
 	l := s.dataLock(ino)
 	l.Lock()
 	defer l.Unlock()
-	n, err := s.viewInode(ino)
+	n, err := s.inodeOf(ino)
 	if err != nil {
 		return err
 	}
@@ -728,10 +722,10 @@ func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) 
 			d := append([]byte(nil), tx.Bucket(bucketData).Get(inoKey(ino))...)
 			clear(d[off:min(end, int64(len(d)))])
 			m.Mtime, m.Ctime = now, now
-			if err := tx.Bucket(bucketData).Put(inoKey(ino), d); err != nil {
+			if err := s.putData(tx, ino, d); err != nil {
 				return err
 			}
-			return putInode(tx, ino, m)
+			return s.putInode(tx, ino, m)
 		})
 	}
 	var dropped, added int64
@@ -769,6 +763,6 @@ func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) 
 		}
 		m.Chunks = uint64(max(int64(m.Chunks)-dropped, 0))
 		m.Mtime, m.Ctime = now, now
-		return putInode(tx, ino, m)
+		return s.putInode(tx, ino, m)
 	})
 }

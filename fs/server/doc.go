@@ -46,7 +46,8 @@
 // the data bucket, written in the same transaction as its size: a small
 // file costs no chunk (a chunk takes whole stripe slots on every device,
 // which for a 100-byte file would be hundreds of KiB) and is read and
-// written in one B+tree access. When a file grows past InlineMax its
+// written in one B+tree access (and read from the inode cache once
+// cached). When a file grows past InlineMax its
 // data moves into block 0, the store is synced, and only then does the
 // inode say "chunked". It stays chunked until it is deleted.
 //
@@ -87,6 +88,33 @@
 // belongs to a file and lies inside it, chunk counts and the space in use
 // match, every file reads whole, and files synced and not touched since
 // read exactly as synced.
+//
+// # The inode cache
+//
+// READ, GETATTR, FSYNC, ACCESS and the checks that WRITE, OPEN, SETATTR
+// and FALLOCATE make before they change anything take their inode from
+// an in-memory cache of committed inode records (icache.go), with an
+// inline file's data, so that a READ or GETATTR of a cached inode opens
+// no bbolt transaction and allocates nothing in the server
+// (BenchmarkServerRead, TestReadAllocatesNothing).
+// Changes inside transactions read the database, as before. The cache
+// is coherent with every change: each inode write or deletion in a
+// transaction (putInode, deleteInodeRecords, putData, deleteData) drops
+// the entry and, by a bbolt commit handler, puts the committed record in
+// (or drops it again, for inline files and deleted inodes) after the
+// commit and before the change's caller hears of it; a rolled-back
+// transaction leaves the entry to be read again. A miss fills the entry
+// only if no change touched its shard meanwhile (a generation per
+// shard). So an operation that starts after a change returned sees it,
+// as with a transaction of its own. The cache holds at most
+// Options.CacheBytes (DefaultCacheBytes, 32 MiB: about 200 000 inodes of
+// chunked files, each entry costs some 160 bytes plus an inline file's
+// data), in 64 shards that forget entries at random when full; inline
+// data over a quarter of a shard's share is not cached. It lives and
+// dies with the Server: a restart starts it empty. CacheBytes -1 turns
+// it off. Permissions are decided from the cached record exactly as
+// from the database's, and crashes are unchanged: the cache holds only
+// committed records and is never written back.
 //
 // # Open files
 //
@@ -208,7 +236,9 @@
 // order: a data lock, then txMu (held around each writing transaction,
 // and by OPEN around its check and the registration of its handle, which
 // so need no commit of their own), then hmu (the handle table and its
-// grants, a leaf). The credential table's lock is a leaf of its own.
+// grants, a leaf). The credential table's lock and the inode cache's
+// shard locks are leaves of their own (the cache's are taken inside
+// transactions and commit handlers, and never held around anything).
 //
 // # Sharp edges
 //
@@ -230,8 +260,9 @@
 //     device's fsync rate (hundreds per second); on tmpfs or a fast SSD
 //     far quicker. Changes that arrive together share a commit (group
 //     commit, commit.go): the four parallel commands of a 1 MiB write, or
-//     many clients, pay one fsync. Reads of metadata (LOOKUP, GETATTR,
-//     READDIR) take no lock but bbolt's.
+//     many clients, pay one fsync. Reads of metadata (LOOKUP, READDIR)
+//     take no lock but bbolt's; READ and GETATTR of a cached inode take
+//     only a shard's read lock (and READ its data lock).
 //
 // # Libraries
 //

@@ -145,6 +145,7 @@ func checkInvariants(t testing.TB, s *Server) {
 			return nil
 		})
 	}))
+	checkCache(t, s)
 	require.Equal(t, used, s.used.Load(), "space in use")
 	require.Equal(t, inodes, s.inodes.Load(), "inode count")
 	for _, ino := range regular {
@@ -185,3 +186,22 @@ func listAll(t testing.TB, s *Server, dir uint64, bufSize int, plus bool) (names
 type bboltTx = bolt.Tx
 
 func beUint64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
+
+// checkCache checks that every inode the cache holds is the database's
+// record, with an inline file's data.
+func checkCache(t testing.TB, s *Server) {
+	t.Helper()
+	s.icache.each(func(ino uint64, e *icacheEntry) {
+		n, err := s.viewInode(ino)
+		require.NoError(t, err, "cached inode %d is not in the database", ino)
+		require.Equal(t, *n, e.n, "cached inode %d", ino)
+		if n.isReg() && n.inline() {
+			require.NoError(t, s.db.View(func(tx *bboltTx) error {
+				require.Equal(t, tx.Bucket(bucketData).Get(inoKey(ino)), e.data, "cached data of inode %d", ino)
+				return nil
+			}))
+		} else {
+			require.Nil(t, e.data, "cached inode %d has data", ino)
+		}
+	})
+}

@@ -56,10 +56,6 @@ func getInode(tx *bolt.Tx, ino uint64) (*inode, error) {
 	return n, nil
 }
 
-func putInode(tx *bolt.Tx, ino uint64, n *inode) error {
-	return tx.Bucket(bucketInodes).Put(inoKey(ino), n.marshal())
-}
-
 func getDir(tx *bolt.Tx, ino uint64) (*inode, error) {
 	n, err := getInode(tx, ino)
 	if err != nil {
@@ -167,16 +163,14 @@ func (s *Server) lookup(c *cred, parent uint64, name []byte) (a proto.Attr, err 
 	return a, err
 }
 
-func (s *Server) getAttr(ino uint64) (a proto.Attr, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
-		n, err := getInode(tx, ino)
-		if err != nil {
-			return err
-		}
-		a = s.attrOf(ino, n)
-		return nil
-	})
-	return a, err
+// getAttr returns ino's attributes, from the inode cache when it has
+// them.
+func (s *Server) getAttr(ino uint64) (proto.Attr, error) {
+	e, err := s.loadInode(ino)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	return s.attrOf(ino, &e.n), nil
 }
 
 // mkInode makes a new inode named name in parent for c. The caller
@@ -240,15 +234,15 @@ func (s *Server) mkInode(c *cred, parent uint64, name []byte, n *inode, data []b
 			return err
 		}
 		dn.Mtime, dn.Ctime = now, now
-		if err := putInode(tx, parent, dn); err != nil {
+		if err := s.putInode(tx, parent, dn); err != nil {
 			return err
 		}
 		if data != nil {
-			if err := tx.Bucket(bucketData).Put(inoKey(ino), data); err != nil {
+			if err := s.putData(tx, ino, data); err != nil {
 				return err
 			}
 		}
-		if err := putInode(tx, ino, n); err != nil {
+		if err := s.putInode(tx, ino, n); err != nil {
 			return err
 		}
 		a = s.attrOf(ino, n)
@@ -351,10 +345,10 @@ func (s *Server) link(c *cred, ino, newParent uint64, name []byte) (a proto.Attr
 		dn.Mtime, dn.Ctime = now, now
 		n.Nlink++
 		n.Ctime = now
-		if err := putInode(tx, newParent, dn); err != nil {
+		if err := s.putInode(tx, newParent, dn); err != nil {
 			return err
 		}
-		if err := putInode(tx, ino, n); err != nil {
+		if err := s.putInode(tx, ino, n); err != nil {
 			return err
 		}
 		a = s.attrOf(ino, n)
@@ -382,15 +376,15 @@ func (s *Server) dropLink(tx *bolt.Tx, ino uint64, n *inode, now int64, out *[]g
 	}
 	n.Ctime = now
 	if n.Nlink > 0 {
-		return putInode(tx, ino, n)
+		return s.putInode(tx, ino, n)
 	}
 	if s.isOpen(ino) {
 		if err := tx.Bucket(bucketOrphans).Put(inoKey(ino), nil); err != nil {
 			return err
 		}
-		return putInode(tx, ino, n)
+		return s.putInode(tx, ino, n)
 	}
-	if err := deleteInodeRecords(tx, ino); err != nil {
+	if err := s.deleteInodeRecords(tx, ino); err != nil {
 		return err
 	}
 	*out = append(*out, gone{ino: ino, n: *n, chunks: n.isReg() && !n.inline()})
@@ -463,7 +457,7 @@ func (s *Server) unlink(c *cred, parent uint64, name []byte, dir bool) error {
 			dn.Nlink--
 		}
 		dn.Mtime, dn.Ctime = now, now
-		if err := putInode(tx, parent, dn); err != nil {
+		if err := s.putInode(tx, parent, dn); err != nil {
 			return err
 		}
 		return s.dropLink(tx, ino, n, now, &gs)
@@ -596,10 +590,10 @@ func (s *Server) rename(c *cred, parent uint64, name []byte, newParent uint64, n
 				}
 			}
 			n.Ctime, on.Ctime = now, now
-			if err := putInode(tx, ino, n); err != nil {
+			if err := s.putInode(tx, ino, n); err != nil {
 				return err
 			}
-			if err := putInode(tx, oino, on); err != nil {
+			if err := s.putInode(tx, oino, on); err != nil {
 				return err
 			}
 		} else {
@@ -631,7 +625,7 @@ func (s *Server) rename(c *cred, parent uint64, name []byte, newParent uint64, n
 				n.Parent = newParent
 			}
 			n.Ctime = now
-			if err := putInode(tx, ino, n); err != nil {
+			if err := s.putInode(tx, ino, n); err != nil {
 				return err
 			}
 			if ofound {
@@ -641,12 +635,12 @@ func (s *Server) rename(c *cred, parent uint64, name []byte, newParent uint64, n
 			}
 		}
 		src.Mtime, src.Ctime = now, now
-		if err := putInode(tx, parent, src); err != nil {
+		if err := s.putInode(tx, parent, src); err != nil {
 			return err
 		}
 		if newParent != parent {
 			dst.Mtime, dst.Ctime = now, now
-			return putInode(tx, newParent, dst)
+			return s.putInode(tx, newParent, dst)
 		}
 		return nil
 	})
@@ -759,7 +753,7 @@ func (s *Server) release(ino, h uint64) error {
 		if err := tx.Bucket(bucketOrphans).Delete(inoKey(ino)); err != nil {
 			return err
 		}
-		if err := deleteInodeRecords(tx, ino); err != nil {
+		if err := s.deleteInodeRecords(tx, ino); err != nil {
 			return err
 		}
 		gs = append(gs, gone{ino: ino, n: *n, chunks: n.isReg() && !n.inline()})
@@ -842,7 +836,7 @@ func (s *Server) setXattr(c *cred, ino uint64, name, value []byte, flags uint32)
 			return err
 		}
 		n.Ctime = now
-		return putInode(tx, ino, n)
+		return s.putInode(tx, ino, n)
 	})
 }
 
@@ -896,7 +890,7 @@ func (s *Server) removeXattr(c *cred, ino uint64, name []byte) error {
 			return err
 		}
 		n.Ctime = now
-		return putInode(tx, ino, n)
+		return s.putInode(tx, ino, n)
 	})
 }
 

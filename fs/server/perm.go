@@ -255,7 +255,7 @@ func (s *Server) access(c *cred, ino uint64, mask uint32) error {
 	if mask&^(mayRead|mayWrite|mayExec) != 0 {
 		return syscall.EINVAL
 	}
-	n, err := s.viewInode(ino)
+	n, err := s.inodeOf(ino)
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,10 @@ type Options struct {
 	// a crash loses and lets the store reuse the space of replaced chunks
 	// (DefaultSyncInterval; -1: only FSYNC and Flush sync).
 	SyncInterval time.Duration
+	// CacheBytes bounds the memory of the inode cache (icache.go):
+	// DefaultCacheBytes when zero; -1 turns the cache off, so that every
+	// operation reads its inode from the database.
+	CacheBytes int64
 }
 
 // DefaultSyncInterval is the default of Options.SyncInterval, as ext4's
@@ -88,6 +92,8 @@ type Server struct {
 	nextHandle uint64
 
 	creds credTable // registered credentials (perm.go)
+
+	icache inodeCache // committed inodes (icache.go)
 
 	replies replyCache // outcomes by request ID
 
@@ -144,6 +150,9 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 	if opt.SyncInterval == 0 {
 		opt.SyncInterval = DefaultSyncInterval
 	}
+	if opt.CacheBytes == 0 {
+		opt.CacheBytes = DefaultCacheBytes
+	}
 	if err := os.MkdirAll(filepath.Dir(dbPath), 0o755); err != nil {
 		return nil, err
 	}
@@ -155,6 +164,7 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 		handles: map[uint64]handle{}, open: map[uint64]int{}, grants: map[grant]int{},
 		commits: make(chan *commitReq, maxGroup), committerDone: make(chan struct{}),
 		stopSync: make(chan struct{}), syncDone: make(chan struct{})}
+	s.icache.init(opt.CacheBytes)
 	if err := s.init(); err != nil {
 		db.Close()
 		return nil, err
@@ -199,7 +209,7 @@ func (s *Server) init() error {
 		now := s.opt.Now().UnixNano()
 		root := &inode{Mode: sIFDIR | 0o755, Nlink: 2, UID: s.opt.RootUID, GID: s.opt.RootGID, Atime: now, Mtime: now, Ctime: now,
 			NextCookie: 3, Parent: 1}
-		if err := tx.Bucket(bucketInodes).Put(inoKey(1), root.marshal()); err != nil {
+		if err := s.putInode(tx, 1, root); err != nil {
 			return err
 		}
 		return sb.Put(keyNextIno, inoKey(2))
@@ -300,7 +310,7 @@ func (s *Server) recover() error {
 			orphans = append(orphans, append([]byte(nil), k...))
 		}
 		for _, k := range orphans {
-			if err := deleteInodeRecords(tx, binary.BigEndian.Uint64(k)); err != nil {
+			if err := s.deleteInodeRecords(tx, binary.BigEndian.Uint64(k)); err != nil {
 				return err
 			}
 			if err := tx.Bucket(bucketOrphans).Delete(k); err != nil {
@@ -366,7 +376,7 @@ func (s *Server) recover() error {
 			return err
 		}
 		for _, f := range fixes {
-			if err := b.Put(f.k, f.n.marshal()); err != nil {
+			if err := s.putInode(tx, binary.BigEndian.Uint64(f.k), &f.n); err != nil {
 				return err
 			}
 		}
@@ -387,11 +397,11 @@ func (s *Server) recover() error {
 // deleteInodeRecords removes an inode and what hangs off it in the
 // database: inline data or symlink target, xattrs. Its chunks are
 // deleted by the caller after the commit (or by the next sweep).
-func deleteInodeRecords(tx *bolt.Tx, ino uint64) error {
+func (s *Server) deleteInodeRecords(tx *bolt.Tx, ino uint64) error {
 	if err := tx.Bucket(bucketInodes).Delete(inoKey(ino)); err != nil {
 		return err
 	}
-	if err := tx.Bucket(bucketData).Delete(inoKey(ino)); err != nil {
+	if err := s.deleteData(tx, ino); err != nil {
 		return err
 	}
 	c := tx.Bucket(bucketXattrs).Cursor()
@@ -465,10 +475,11 @@ func (s *Server) countOp(op nvmeof.Opcode, n int, err error) {
 
 // errnoOf maps a Go error from the layers below to an errno.
 func errnoOf(err error) syscall.Errno {
+	if err == nil {
+		return 0 // before e, which escapes to the heap: no allocation on success
+	}
 	var e syscall.Errno
 	switch {
-	case err == nil:
-		return 0
 	case errors.As(err, &e):
 		return e
 	case chunkstore.IsNoSpace(err):

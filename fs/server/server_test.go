@@ -161,7 +161,7 @@ func TestHundredThousandEntries(t *testing.T) {
 				return err
 			}
 			in := &inode{Mode: sIFREG | 0o644, Nlink: 1, Flags: flagInline}
-			if err := putInode(tx, ino, in); err != nil {
+			if err := s.putInode(tx, ino, in); err != nil {
 				return err
 			}
 			if err := addEntry(tx, d.Ino, dn, []byte(name), ino, in.Mode); err != nil {
@@ -169,7 +169,7 @@ func TestHundredThousandEntries(t *testing.T) {
 			}
 			want[name] = true
 		}
-		return putInode(tx, d.Ino, dn)
+		return s.putInode(tx, d.Ino, dn)
 	}))
 	for _, plus := range []bool{false, true} {
 		names, pages := listAll(t, s, d.Ino, 64<<10, plus)

@@ -59,6 +59,10 @@ type request struct {
 
 	// index is the binding's slot number.
 	index int
+
+	// vc is what executeVendor hands a VendorHandler: kept here, so that
+	// passing it to the interface costs no allocation per command.
+	vc VendorCommand
 }
 
 // reset clears what a previous command left, keeping the binding's index.

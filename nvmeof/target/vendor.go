@@ -59,8 +59,8 @@ type VendorInliner interface {
 }
 
 // VendorCommand is one vendor-specific command as a VendorHandler sees it.
-// Its slices belong to the core: the handler must not keep them after
-// ExecuteVendor returns.
+// It and its slices belong to the core: the handler must not keep them
+// after ExecuteVendor returns.
 type VendorCommand struct {
 	// Cmd is the command.
 	Cmd *nvmeof.Command
@@ -121,18 +121,20 @@ func (r *request) vendorInline() bool {
 // executeVendor runs a vendor-specific command on the namespace's handler.
 // Data to the host is cut to the bytes the handler filled.
 func executeVendor(r *request) nvmeof.Status {
-	vc := VendorCommand{Cmd: &r.cmd}
+	vc := &r.vc // in the request: a local would escape to the heap through the interface
+	*vc = VendorCommand{Cmd: &r.cmd}
 	if r.cmd.Opcode.Direction() == nvmeof.Bidirectional {
 		vc.Payload = r.capsuleData
 	}
 	if r.dataLen > 0 {
 		vc.Data = r.data[:r.dataLen]
 	}
-	st := r.ns.vendor.ExecuteVendor(&vc)
+	st := r.ns.vendor.ExecuteVendor(vc)
 	r.rsp.DW0, r.rsp.DW1 = vc.DW0, vc.DW1
 	if r.dir == nvmeof.ControllerToHost {
 		r.dataLen = min(max(vc.N, 0), r.dataLen)
 	}
+	*vc = VendorCommand{} // drop the references to the buffers
 	return st
 }
 
