@@ -166,28 +166,10 @@ func TestJournalFUA(t *testing.T) {
 			assert.Equal(t, st0.StripesWritten, st.StripesWritten, "no stripe written")
 			assert.EqualValues(t, int64(n)*int64(g.Parity+1)*2*SectorSize, st.JournalBytes-st0.JournalBytes,
 				"M+1 copies of a header and a sector each")
-			td.clock.Crash()
-			_ = s.Close()
-			td.crash()
-
-			s = mustOpen(t, td, opts...)
-			v, err = s.OpenVolume("v")
-			require.NoError(t, err)
-			got := make([]byte, len(want))
-			_, err = v.ReadAt(got, 0)
-			require.NoError(t, err)
-			require.True(t, bytes.Equal(want, got), "the journal's sectors are back")
+			s = crashAndRead(t, td, s, opts, 0, want) // the journal's sectors are back
 			requireClean(t, s)
 			// They are in stripes now: a second crash needs no journal.
-			td.clock.Crash()
-			_ = s.Close()
-			td.crash()
-			s = mustOpen(t, td, opts...)
-			v, err = s.OpenVolume("v")
-			require.NoError(t, err)
-			_, err = v.ReadAt(got, 0)
-			require.NoError(t, err)
-			require.True(t, bytes.Equal(want, got))
+			s = crashAndRead(t, td, s, opts, 0, want)
 			require.NoError(t, s.Close())
 		})
 	}
@@ -219,16 +201,7 @@ func TestJournalStripeFills(t *testing.T) {
 	// before its flush: that flush has nothing to journal.
 	assert.EqualValues(t, writes*3/4, st.JournalRecords-st0.JournalRecords, "the others journaled: a 64 KiB journal keeps up")
 	assert.EqualValues(t, writes/4, st.StripesWritten-st0.StripesWritten, "full stripes of 4 sectors, and no short one")
-	td.clock.Crash()
-	_ = s.Close()
-	td.crash()
-	s = mustOpen(t, td, opts...)
-	v, err = s.OpenVolume("v")
-	require.NoError(t, err)
-	got := make([]byte, len(want))
-	_, err = v.ReadAt(got, 0)
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(want, got))
+	s = crashAndRead(t, td, s, opts, 0, want)
 	requireClean(t, s)
 	require.NoError(t, s.Close())
 }
@@ -254,16 +227,7 @@ func TestJournalFull(t *testing.T) {
 	st := s.Stats()
 	assert.Less(t, st.JournalRecords-st0.JournalRecords, int64(40), "some flushes sealed instead")
 	assert.Greater(t, st.StripesWritten-st0.StripesWritten, int64(0))
-	td.clock.Crash()
-	_ = s.Close()
-	td.crash()
-	s = mustOpen(t, td, opts...)
-	v, err = s.OpenVolume("v")
-	require.NoError(t, err)
-	got := make([]byte, SectorSize)
-	_, err = v.ReadAt(got, 0)
-	require.NoError(t, err)
-	require.Equal(t, last, got)
+	s = crashAndRead(t, td, s, opts, 0, last)
 	require.NoError(t, s.Close())
 }
 
@@ -279,18 +243,9 @@ func TestJournalOff(t *testing.T) {
 	_, err = v.WriteAtFlags(p, 8*SectorSize, FUA)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, s.Stats().JournalRecords)
-	td.clock.Crash()
-	_ = s.Close()
-	td.crash()
-
-	opts := testOpts(g, 4096, WithJournalSize(0))
-	s = mustOpen(t, td, opts...)
+	s = crashAndRead(t, td, s, testOpts(g, 4096, WithJournalSize(0)), 8*SectorSize, p)
 	v, err = s.OpenVolume("v")
 	require.NoError(t, err)
-	got := make([]byte, SectorSize)
-	_, err = v.ReadAt(got, 8*SectorSize)
-	require.NoError(t, err)
-	require.Equal(t, p, got)
 	_, err = v.WriteAtFlags(p, 0, FUA)
 	require.NoError(t, err)
 	st := s.Stats()
@@ -326,17 +281,26 @@ func TestJournalDegraded(t *testing.T) {
 	st := s.Stats()
 	assert.EqualValues(t, 3, st.JournalRecords)
 	assert.EqualValues(t, 3*2*SectorSize, st.JournalBytes, "one copy each: with four devices left the store can lose none")
+	s = crashAndRead(t, td, s, opts, 0, want)
+	require.NoError(t, s.Close())
+}
+
+// crashAndRead crashes every device under s, reopens the store with opts
+// and checks that volume "v" reads want at off. It returns the reopened
+// store.
+func crashAndRead(t *testing.T, td *testDevices, s *Store, opts []Option, off int64, want []byte) *Store {
+	t.Helper()
 	td.clock.Crash()
 	_ = s.Close()
 	td.crash()
 	s = mustOpen(t, td, opts...)
-	v, err = s.OpenVolume("v")
+	v, err := s.OpenVolume("v")
 	require.NoError(t, err)
 	got := make([]byte, len(want))
-	_, err = v.ReadAt(got, 0)
+	_, err = v.ReadAt(got, off)
 	require.NoError(t, err)
-	require.Equal(t, want, got)
-	require.NoError(t, s.Close())
+	require.True(t, bytes.Equal(want, got), "volume v at %d after the crash", off)
+	return s
 }
 
 // TestCrashJournal crashes a FUA load at a random operation: two writers
