@@ -6,7 +6,6 @@ import (
 
 	"github.com/capsule-storage/capsule/fs/internal/proto"
 	"github.com/capsule-storage/capsule/nvmeof"
-	"github.com/capsule-storage/capsule/nvmeof/target"
 )
 
 // FuzzHandler feeds arbitrary commands, request bytes and reply buffer
@@ -51,21 +50,11 @@ func FuzzHandler(f *testing.F) {
 		cmd.CDW15 = binary.LittleEndian.Uint32(b[21:])
 		outLen := int(binary.LittleEndian.Uint32(b[25:]) % (64 << 10))
 		in := b[32:]
-		vc := target.VendorCommand{Cmd: &cmd}
-		dataLen, payloadLen := 0, 0
-		switch cmd.Opcode.Direction() {
-		case nvmeof.HostToController:
-			vc.Data, dataLen = in, len(in)
-		case nvmeof.ControllerToHost:
-			vc.Data, dataLen = make([]byte, outLen), outLen
-		case nvmeof.Bidirectional:
-			vc.Payload, payloadLen = in, len(in)
-			vc.Data, dataLen = make([]byte, outLen), outLen
-		}
+		vc, dataLen, payloadLen := vendorCommand(&cmd, in, outLen)
 		if st := s.PrepareVendor(&cmd, dataLen, payloadLen); !st.Success() {
 			return
 		}
-		if st := s.ExecuteVendor(&vc); !st.Success() {
+		if st := s.ExecuteVendor(vc); !st.Success() {
 			t.Fatalf("status %v after a successful prepare", st)
 		}
 		if vc.N > dataLen || int(vc.DW1) != vc.N {

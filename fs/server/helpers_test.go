@@ -16,6 +16,8 @@ import (
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/chunkstore/vfs"
 	"github.com/capsule-storage/capsule/fs/internal/proto"
+	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/nvmeof/target"
 )
 
 // hostDir returns a directory for bbolt files: tmpfs when there is one
@@ -204,4 +206,21 @@ func checkCache(t testing.TB, s *Server) {
 			require.Nil(t, e.data, "cached inode %d has data", ino)
 		}
 	})
+}
+
+// vendorCommand is what the target core hands ExecuteVendor for cmd: in
+// as the data or the payload its direction takes, and outLen bytes for
+// data to the host. It returns the lengths PrepareVendor is asked about.
+func vendorCommand(cmd *nvmeof.Command, in []byte, outLen int) (vc *target.VendorCommand, dataLen, payloadLen int) {
+	vc = &target.VendorCommand{Cmd: cmd}
+	switch cmd.Opcode.Direction() {
+	case nvmeof.HostToController:
+		vc.Data, dataLen = in, len(in)
+	case nvmeof.ControllerToHost:
+		vc.Data, dataLen = make([]byte, outLen), outLen
+	case nvmeof.Bidirectional:
+		vc.Payload, payloadLen = in, len(in)
+		vc.Data, dataLen = make([]byte, outLen), outLen
+	}
+	return vc, dataLen, payloadLen
 }

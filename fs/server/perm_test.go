@@ -592,17 +592,7 @@ func TestCredentials(t *testing.T) {
 
 	exec := func(cmd nvmeof.Command, in []byte, outLen int) *target.VendorCommand {
 		t.Helper()
-		vc := &target.VendorCommand{Cmd: &cmd}
-		dataLen, payloadLen := 0, 0
-		switch cmd.Opcode.Direction() {
-		case nvmeof.HostToController:
-			vc.Data, dataLen = in, len(in)
-		case nvmeof.ControllerToHost:
-			vc.Data, dataLen = make([]byte, outLen), outLen
-		case nvmeof.Bidirectional:
-			vc.Payload, payloadLen = in, len(in)
-			vc.Data, dataLen = make([]byte, outLen), outLen
-		}
+		vc, dataLen, payloadLen := vendorCommand(&cmd, in, outLen)
 		require.True(t, s.PrepareVendor(&cmd, dataLen, payloadLen).Success())
 		require.True(t, s.ExecuteVendor(vc).Success())
 		return vc
