@@ -697,6 +697,9 @@ func (c *Controller) lostLocked(cause error) {
 		c.state = StateDead
 		c.deadErr = lostError(cause)
 		c.background.Go(old.close)
+		// A stopping queue may have handed requests back before the
+		// loss was declared: nothing will resubmit them.
+		c.failLater(c.takeParkedLocked(), c.deadErr)
 		c.pathChanged()
 		return
 	}
@@ -718,17 +721,23 @@ func (c *Controller) lostLocked(cause error) {
 	for _, r := range keep {
 		c.parkLocked(r)
 	}
-	if len(fast) > 0 {
-		err := lostError(cause)
-		c.failedOnLoss.Add(uint64(len(fast)))
-		go func() { // c.mu is held, and a Submit may be on the stack
-			for _, r := range fast {
-				r.failRest(err)
-				r.finish()
-			}
-		}()
-	}
+	c.failLater(fast, lostError(cause))
 	c.pathChanged()
+}
+
+// failLater fails rs with err on a goroutine of its own: the caller holds
+// c.mu, and a Submit may be on its stack.
+func (c *Controller) failLater(rs []*Request, err error) {
+	if len(rs) == 0 {
+		return
+	}
+	c.failedOnLoss.Add(uint64(len(rs)))
+	go func() {
+		for _, r := range rs {
+			r.failRest(err)
+			r.finish()
+		}
+	}()
 }
 
 // recover closes the lost association (its requests are parked) and
