@@ -39,8 +39,8 @@
 // # One job, one controller
 //
 // Each fio job connects its own Controller (host.Dial) with one I/O queue
-// of the job's iodepth (WithQueues(1), WithQueueDepth(iodepth)), large
-// buffers for the job's largest block (WithMaxTransfer, WithBuffers), at
+// of the job's iodepth (WithQueues(1), WithQueueDepth(iodepth)) and a
+// maximum transfer of the job's largest block (WithMaxTransfer), at
 // setup (or at init with create_serialize=0), and closes it at cleanup.
 // The subsystem is the one --nqn names, else the first NVM subsystem the
 // discovery log at the URL lists (host.Dial without WithSubsystem); when
@@ -97,7 +97,8 @@
 //     access while the job runs: the target is trusted with fio's
 //     buffers, as with the host library's own (nvmeof/host, Sharp edges).
 //     A buffer that is not in it (none that fio makes) would still work,
-//     copied through the host's own registered buffers.
+//     copied through the queue's one large buffer (WithBuffers(1): fio's
+//     own buffers need none), one such command at a time.
 //   - fio's verify, trims and syncs go through the same queue as reads and
 //     writes; a sync waits for nothing that is still in flight, as NVM
 //     Flush does not.

@@ -95,7 +95,9 @@ func openJob(ctx context.Context, cfg jobConfig) (*job, error) {
 		host.WithQueues(1),
 		host.WithQueueDepth(min(cfg.Depth, 4095)),
 		host.WithMaxTransfer(maxTransfer),
-		host.WithBuffers(cfg.Depth),
+		// fio's buffers are the job's AllocBuffer memory and take no
+		// large buffer; one is kept for a buffer outside it.
+		host.WithBuffers(1),
 	}
 	if cfg.NQN != "" {
 		opts = append(opts, host.WithSubsystem(cfg.NQN))
