@@ -579,8 +579,13 @@
 //     per million slots.
 //   - On a real file system, deleting a device directory under a running
 //     store does not fail its open files; the store notices at the next
-//     flush's probe and takes the device out. vfs.MemFS.Vanish models a
-//     pulled disk, where every operation fails at once.
+//     flush's probe and takes the device out. The probe looks a device's
+//     identity file up by path only when an inotify watch on its
+//     directory (vfs.Watcher, one read for all devices) saw an entry
+//     removed or renamed, or the directory itself go, since the last
+//     flush; a file system mounted over a device directory is noticed at
+//     the next checkpoint, which looks every device up. vfs.MemFS.Vanish
+//     models a pulled disk, where every operation fails at once.
 //   - An fsync error takes the device out (its page cache state is
 //     unknown), even for ENOSPC; only write errors are treated as a full
 //     device.

@@ -338,13 +338,13 @@ func (s *Store) resetJournals() {
 		if f == nil || f.jnl == nil {
 			continue
 		}
-		if s.jsize == 0 || !d.writable() {
+		if s.opts.journal == 0 || !d.writable() {
 			_ = f.jnl.Close()
 			f.jnl = nil
 			continue
 		}
 		if !f.jwhole {
-			if err := zeroJournal(f.jnl, s.jsize); err != nil {
+			if err := zeroJournal(f.jnl, s.opts.journal); err != nil {
 				s.log.Warn("chunkstore: could not write the journal; flushing without it", "device", d.pos, "err", err)
 				_ = f.jnl.Close()
 				f.jnl = nil
@@ -358,7 +358,7 @@ func (s *Store) resetJournals() {
 			}
 			f.jwhole = true
 		}
-		trackJournal(f, s.jsize)
+		trackJournal(f, s.opts.journal)
 	}
 }
 
@@ -403,7 +403,7 @@ func (o *logStripe) markDirty(pos, n int) {
 // seal o instead: too many sectors or runs, no journal, or no room on
 // enough devices. It clears o's dirty sectors. flushMu and lmu are held.
 func (s *Store) journalLocked(o *logStripe) *jwrite {
-	if s.jsize == 0 || o.ndirty == 0 || o.ndirty > jMaxSectors {
+	if s.opts.journal == 0 || o.ndirty == 0 || o.ndirty > jMaxSectors {
 		return nil
 	}
 	w := &s.jw

@@ -537,15 +537,24 @@ func (s *Store) syncDevicesLocked() error {
 			failed[t.d.pos] = t.err
 		}
 	}
-	// One after the other: a stat each, which a flush should not hand
-	// to six goroutines. Every writable device, not only those synced: a
-	// flush after devices went away must fail when too few are left,
-	// even if the stripe it wrote had zero shards on them.
+	// Every writable device, not only those synced: a flush after
+	// devices went away must fail when too few are left, even if the
+	// stripe it wrote had zero shards on them. A device whose directory
+	// is gone still syncs its open file, so each is looked up by path
+	// (a stat each, one after the other: too quick to hand to
+	// goroutines), but those whose directory the watcher saw unchanged
+	// since the last flush (one read for all of them).
+	var quiet uint64
+	if s.watch != nil {
+		quiet = s.watch.Quiet()
+	}
 	synced := s.forWritableSeq(func(d *device, f *devFiles) error {
 		if err := failed[d.pos]; err != nil {
 			return err
 		}
-		// A device whose directory is gone still syncs its open file.
+		if quiet&(1<<d.pos) != 0 {
+			return nil
+		}
 		_, err := f.fs.Stat(identityFile)
 		return err
 	})

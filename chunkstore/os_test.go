@@ -95,6 +95,37 @@ func TestOSDeviceDirectoryDeleted(t *testing.T) {
 	require.NoError(t, s.Close())
 }
 
+// TestOSDeviceGoneAtFlush: a FUA write's flush (not a checkpoint) finds
+// device directories removed since the last flush, though it looks up by
+// path only the devices whose directory the watcher saw change.
+func TestOSDeviceGoneAtFlush(t *testing.T) {
+	g := DefaultGeometry
+	dirs := DeviceDirs(hostDir(t), g)
+	s, err := CreateDirs(dirs, WithGeometry(g), WithStripeUnit(4096))
+	require.NoError(t, err)
+	defer s.Close()
+	v, err := s.CreateVolume("vol", 1<<20)
+	require.NoError(t, err)
+	_, err = v.WriteAtFlags(make([]byte, 64<<10), 0, FUA)
+	require.NoError(t, err)
+	for range 3 { // quiet flushes, which look nothing up
+		_, err = v.WriteAtFlags(make([]byte, SectorSize), 16*SectorSize, FUA)
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, os.RemoveAll(dirs[1]))
+	_, err = v.WriteAtFlags(make([]byte, SectorSize), 32*SectorSize, FUA)
+	require.NoError(t, err, "one device gone of 4+2")
+	assert.Equal(t, DeviceFailed, s.Info().Devices[1].State)
+
+	for _, pos := range []int{2, 3} {
+		require.NoError(t, os.RemoveAll(dirs[pos]))
+	}
+	_, err = v.WriteAtFlags(make([]byte, SectorSize), 33*SectorSize, FUA)
+	require.Error(t, err)
+	assert.True(t, IsUnavailable(err), "write error %v", err)
+}
+
 func TestScrubRateLimitAndCancel(t *testing.T) {
 	td := newTestDevices(t, 3)
 	s := mustCreate(t, td, testOpts(Geometry{2, 1}, 4096)...)

@@ -568,7 +568,7 @@ func (s *Store) startRebuild(d *device, newFS vfs.FS) (deviceRecord, error) {
 		return deviceRecord{}, err
 	}
 	id := identity{Device: rec.Device, Store: s.id, Pos: pos, Geo: s.geo, Unit: s.unit, Created: time.Now().UnixNano(), Golden: s.golden}
-	files, err := formatDevice(fsys, id, s.jsize, func(db *bolt.DB) error { return copyMeta(db, src.db) })
+	files, err := formatDevice(fsys, id, s.opts.journal, func(db *bolt.DB) error { return copyMeta(db, src.db) })
 	if err == nil {
 		err = s.trackAlloc(files, false)
 	}
@@ -583,6 +583,9 @@ func (s *Store) startRebuild(d *device, newFS vfs.FS) (deviceRecord, error) {
 	d.files.Store(files)
 	d.setErr(nil)
 	d.state.Store(int32(DeviceRebuilding))
+	if s.watch != nil {
+		s.watch.Add(pos, fsys)
+	}
 	s.flushMu.Unlock()
 	return rec, nil
 }

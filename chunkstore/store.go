@@ -192,13 +192,17 @@ type Store struct {
 	// durable is the write epoch (wepoch) through which every write is
 	// durable; guarded by flushMu.
 	durable uint64
-	// The journal (journal.go), guarded by flushMu: the size of each
-	// device's file (0: none), the last record's seq, the generation
+	// The journal (journal.go; each device's file is opts.journal bytes,
+	// 0: none), guarded by flushMu: the last record's seq, the generation
 	// below which records are dead, and the record being written.
-	jsize int64
 	jseq  uint64
 	jdead uint64
 	jw    jwrite
+
+	// watch tells a flush which devices' directories are as they were
+	// (vfs.Watcher), so that it looks up only the others; nil until Open
+	// has loaded the devices, and then no device is quiet.
+	watch *vfs.Watcher
 
 	ckptKick  chan struct{}
 	cleanKick chan struct{}
@@ -318,7 +322,7 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 	if len(devs) == 0 {
 		return nil, fmt.Errorf("%w: no devices", ErrInvalidArgument)
 	}
-	s := &Store{log: o.logger, opts: o, jsize: o.journal}
+	s := &Store{log: o.logger, opts: o}
 	s.ckptKick, s.cleanKick = make(chan struct{}, 1), make(chan struct{}, 1)
 	s.alloc.commitAt, s.alloc.kick = o.commit, s.ckptKick
 	s.lcond = sync.NewCond(&s.lmu)
@@ -454,6 +458,12 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.resetJournals()
+	s.watch = vfs.NewWatcher()
+	for _, d := range s.devs {
+		if f := d.files.Load(); f.data != nil {
+			s.watch.Add(d.pos, f.fs)
+		}
+	}
 	s.stop, s.bgDone, s.cleanDone = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go s.autoCommit()
 	go s.cleaner()
@@ -600,7 +610,7 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 		if err == nil {
 			// Read at Open for its records, then made whole and empty
 			// (resetJournals).
-			files.jnl, files.jwhole, err = openJournal(d.fsys(), s.jsize)
+			files.jnl, files.jwhole, err = openJournal(d.fsys(), s.opts.journal)
 		}
 		if err != nil {
 			files.close()
@@ -742,6 +752,7 @@ func (s *Store) Close() error {
 	s.commitMu.Lock()
 	s.flushMu.Lock()
 	s.closeFiles()
+	_ = s.watch.Close()
 	s.flushMu.Unlock()
 	s.commitMu.Unlock()
 	return err

@@ -60,8 +60,10 @@
 //     close(2) on a healthy descriptor.
 //   - On OSFS, removing a device directory while files are open does not
 //     make reads or writes fail (the host keeps the unlinked files); the
-//     store notices through its Stat probes. MemFS.Vanish is the harsher
-//     model: every operation fails at once.
+//     store notices through its Stat probes, which a Watcher (inotify on
+//     the device directories, OSFS only) lets a flush skip while nothing
+//     was removed or renamed there. MemFS.Vanish is the harsher model:
+//     every operation fails at once.
 //   - Host files of a MemFS are not removed by Vanish or Crash; the test
 //     owns that directory.
 package vfs
