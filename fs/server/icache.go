@@ -105,7 +105,8 @@ func (c *inodeCache) fill(ino, gen uint64, e *icacheEntry) {
 	}
 }
 
-// set puts e in for ino: a commit handler's, so the newest record.
+// set puts e in for ino: a commit handler's, so the newest record. A nil
+// e, or one too large to keep, removes ino's entry.
 func (c *inodeCache) set(ino uint64, e *icacheEntry) {
 	if c.maxBytes == 0 {
 		return
@@ -114,7 +115,7 @@ func (c *inodeCache) set(ino uint64, e *icacheEntry) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.gen++
-	if e.cost() > c.maxBytes/4 {
+	if e == nil || e.cost() > c.maxBytes/4 {
 		sh.dropLocked(ino)
 		return
 	}
@@ -122,16 +123,7 @@ func (c *inodeCache) set(ino uint64, e *icacheEntry) {
 }
 
 // drop removes ino's entry.
-func (c *inodeCache) drop(ino uint64) {
-	if c.maxBytes == 0 {
-		return
-	}
-	sh := c.shard(ino)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	sh.gen++
-	sh.dropLocked(ino)
-}
+func (c *inodeCache) drop(ino uint64) { c.set(ino, nil) }
 
 func (sh *icacheShard) dropLocked(ino uint64) {
 	if old, ok := sh.m[ino]; ok {
