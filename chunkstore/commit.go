@@ -291,6 +291,7 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 	// After the flag is cleared, under lmu: a chunk record swapped in
 	// later sets it again (PutChunk, DeleteChunk).
 	chunkIDs := s.chunks.takeDirty(b)
+	s.takeRecordsLocked(b)
 	// After the chunk records: every owner they name was handed out
 	// before (PutChunk takes its owner before it swaps the record in), so
 	// a store reopened from this checkpoint does not hand one out again.
@@ -311,6 +312,7 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 		}
 		s.ckptNeeded = s.ckptNeeded || ckptNeeded
 		s.trimWanted = s.trimWanted || trim
+		s.restoreRecordsLocked(b.records)
 		s.lmu.Unlock()
 		s.chunks.redirty(chunkIDs)
 	}

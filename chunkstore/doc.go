@@ -88,9 +88,11 @@
 // The superblock, the log reservation, the device table, the volume
 // table, the slot records (what each slot holds: header key, generation,
 // shard length, missing devices, data sectors), the map pages (an
-// owner's map in pages of 64 sectors, each a list of runs) and the chunk
-// records live in go.etcd.io/bbolt, one replica per device, so losing
-// any M devices loses no metadata. All replicas receive the same batch in
+// owner's map in pages of 64 sectors, each a list of runs), the chunk
+// records and the callers' records (PutRecords: small key-value records
+// in named spaces, where the file service keeps its namespace) live in
+// go.etcd.io/bbolt, one replica per device, so losing any M devices
+// loses no metadata. All replicas receive the same batch in
 // the same checkpoint; the superblock's Seq counts checkpoints. Open
 // reads every replica it can, adopts the one with the highest Seq
 // (falling back to the next if it does not load), and rewrites any
@@ -361,9 +363,13 @@
 //   - The ring never overwrites a record before it is dead: a record is
 //     dead when a flush or checkpoint has synced every stripe below its
 //     generation's, and the ring forgets records only then.
-//   - Unmaps and chunk records are in checkpoints only, and a Sync after
-//     one is a checkpoint; a crash before it may undo them, which the
-//     promise allows. A chunk's sectors in the log whose record was never
+//   - Unmaps, chunk records and callers' records are in checkpoints
+//     only, and a Sync after one is a checkpoint; a crash before it may
+//     undo them, which the promise allows. A checkpoint takes every
+//     PutRecords call staged before its snapshot whole, under lmu, with
+//     the chunk records swapped in before it: a caller that stages its
+//     records before it deletes a chunk they stop naming never finds,
+//     after a crash, records naming a deleted chunk. A chunk's sectors in the log whose record was never
 //     checkpointed belong to an owner the checkpoint does not know, and
 //     are ignored.
 //   - A device is marked as having something to flush only once a write

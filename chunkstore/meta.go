@@ -19,6 +19,8 @@ import (
 //	slots    u64 slot → slotRecord, for every slot that holds a stripe
 //	pages    (owner, page) → map page, for every page with a mapped sector
 //	chunks   ChunkID → chunkRecord (encodeV2)
+//	records  space + key → record (records.go; absent in stores that
+//	         never had one)
 //
 // A version 1 store (read by Migrate only) has "map" (stripeKey → extent)
 // instead of slots and pages, and chunk records with their stripes.
@@ -52,6 +54,9 @@ type batch struct {
 	// replaced chunks), after pages are applied.
 	dropOwners []uint64
 	chunks     map[ChunkID]*chunkRecord // nil value: delete
+	// records are the staged records (records.go): stored key → stored
+	// value, nil to delete.
+	records map[string][]byte
 }
 
 type slotChange struct {
@@ -154,7 +159,7 @@ func (b *batch) apply(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	return nil
+	return applyRecords(tx, b.records)
 }
 
 // dropPrefix deletes every key of bk that starts with prefix.
@@ -322,7 +327,7 @@ func copyMeta(dst, src *bolt.DB) (err error) {
 					return err
 				}
 			}
-			for _, name := range allBuckets {
+			for _, name := range append(allBuckets, bucketRecords) {
 				if dtx.Bucket(name) != nil {
 					if err := dtx.DeleteBucket(name); err != nil {
 						return err
@@ -334,6 +339,13 @@ func copyMeta(dst, src *bolt.DB) (err error) {
 				}
 				sb := stx.Bucket(name)
 				if sb == nil {
+					if string(name) == string(bucketRecords) {
+						// The source never had records: neither
+						// has the copy.
+						if err := dtx.DeleteBucket(name); err != nil {
+							return err
+						}
+					}
 					continue
 				}
 				if err := sb.ForEach(func(k, v []byte) error { return db.Put(k, v) }); err != nil {

@@ -172,15 +172,16 @@ type Store struct {
 	maxRuns     int
 	scratch     []pageRun
 	runPool     [][]sumRun
-	cleaned     int64  // sectors the cleaner moved
-	idleCleaned int64  // of those, sectors moved by idle passes
-	hostSecs    int64  // sectors written by callers
-	hostReads   int64  // reads by callers (the cleaner's idle time is time without either)
-	wepoch      uint64 // counts callers' appends: a flush makes durable every write up to the epoch it saw
-	opening     bool   // Open is writing the journal's records to the log: no cleaner to wait for
-	trimWanted  bool   // an idle pass is done: the next checkpoint trims (commit.go)
-	spaceShort  bool   // a stripe write met ENOSPC: the cleaner compacts at once (cleaner.go)
-	punchWanted bool   // that pass is done: the next checkpoint, done or failed, punches (commit.go)
+	cleaned     int64             // sectors the cleaner moved
+	idleCleaned int64             // of those, sectors moved by idle passes
+	hostSecs    int64             // sectors written by callers
+	hostReads   int64             // reads by callers (the cleaner's idle time is time without either)
+	wepoch      uint64            // counts callers' appends: a flush makes durable every write up to the epoch it saw
+	opening     bool              // Open is writing the journal's records to the log: no cleaner to wait for
+	trimWanted  bool              // an idle pass is done: the next checkpoint trims (commit.go)
+	spaceShort  bool              // a stripe write met ENOSPC: the cleaner compacts at once (cleaner.go)
+	punchWanted bool              // that pass is done: the next checkpoint, done or failed, punches (commit.go)
+	records     map[string][]byte // staged records (records.go), for the next checkpoint
 
 	// gate: device reads of mapped data and repairs hold it shared from
 	// before they leave lmu until they are done; freeing slots holds it
@@ -638,6 +639,7 @@ func (s *Store) load(st *metaState) {
 	s.unwritten = map[uint64]*logStripe{}
 	s.failed = map[uint64]*logStripe{}
 	s.dirtySlots = map[uint64]struct{}{}
+	s.records = map[string][]byte{}
 	shared := 0
 	var why []string // the first few, for the message
 	bad := func(format string, args ...any) {
