@@ -13,9 +13,14 @@
 #                              over shm:// and iwarp://, one hop, beside the same nbdkit runs;
 #                              every block case reports the CPU per I/O of fio and of the
 #                              server (target, target+bridge, or nbdkit)
-#   R6      bin/mount          fio through the FUSE mount over shm:// and iwarp://, beside
-#                              the null go-fuse file system, and metadata rates beside
-#                              go-fuse's loopback of tmpfs (scripts/fusebench.sh)
+#   R6′     bin/mount          fio through the FUSE mount over shm:// and iwarp://, beside
+#                              the null go-fuse file system, with the CPU per request of the
+#                              target and the mount (scripts/fusebench.sh)
+#   R12     bin/mount          the file service on a disk directory beside go-fuse's loopback
+#                              of one on the same disk: create+stat+unlink per second,
+#                              buffered 8 KiB against 1 MiB sequential writes, and an untar of
+#                              Go's src/ checked byte for byte (scripts/fusebench.sh; META_FILES,
+#                              WRITE_SIZE, UNTAR=0 leaves the untar out, FUSEBENCH_DIR)
 #   R7      chunkstore         SeqWrite 4+2 vs 1+0, SeqRead degraded vs healthy, Encode
 #   R7′     bin/mount --nbd    the ec write path end to end on a disk directory (not tmpfs):
 #                              fio's nbd engine on an ec: beside a file: namespace of one
@@ -26,7 +31,7 @@
 # COUNT sets the repetitions of the RDMA transfer benchmarks, REPS those of
 # every fio case and of the other Go benchmarks (at least 3; the table
 # shows medians), RUNTIME the seconds of each fio run. ONLY=block runs the
-# R5′ and R5 fio part (and R3's fio baseline) alone, ONLY=fuse the R6 part alone,
+# R5′ and R5 fio part (and R3's fio baseline) alone, ONLY=fuse the R6′ and R12 part alone,
 # ONLY=ecwrite the R7′ part alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -171,7 +176,9 @@ block() {
 	pids=()
 }
 
-# fuse: R6, scripts/fusebench.sh, its results appended to ours.
+# fuse: R6′ and R12, scripts/fusebench.sh (META_FILES, WRITE_SIZE, UNTAR and
+# FUSEBENCH_DIR pass through), its results appended to ours; it prints
+# its own R6′ and R12 ratios, which the table does not show yet.
 fuse() {
 	for tool in fio python3 fusermount3; do
 		command -v "$tool" >/dev/null || { echo "bench: $tool is missing (make deps installs it)" >&2; exit 1; }

@@ -1,6 +1,7 @@
-// Command fusebench holds the baselines of capsule's FUSE benchmark (R6
-// in shared/PERFORMANCE.md) and its metadata workload; scripts/fusebench.sh
-// drives it with fio beside bin/mount.
+// Command fusebench holds the baselines of capsule's FUSE benchmarks (R6′
+// and R12 in shared/PERFORMANCE.md) and its metadata workload;
+// scripts/fusebench.sh drives it with fio, tar and the workload beside
+// bin/mount.
 //
 //	fusebench null [--size BYTES] [--splice] [--max-readahead BYTES] MOUNTPOINT
 //	    mounts the null file system: one regular file, "data", whose
@@ -8,11 +9,15 @@
 //	    dropped, opened with direct_io, with MaxWrite 1 MiB as capsule's
 //	    mount. It is the FUSE ceiling of the machine.
 //	fusebench loopback [--splice] DIR MOUNTPOINT
-//	    mounts go-fuse's loopback file system of DIR (the metadata
-//	    baseline, over tmpfs).
+//	    mounts go-fuse's loopback file system of DIR: the baseline of the
+//	    metadata, write and untar workloads, of a tmpfs directory and of
+//	    a directory on the disk that holds the target's data (R12).
 //	fusebench meta [--files N] DIR
-//	    creates, stats and unlinks N files in DIR and prints each rate
-//	    per second: "meta create=R stat=R unlink=R".
+//	    creates N files in DIR, then stats them (after the attribute
+//	    timeout, so that each stat asks the file system), then unlinks
+//	    them, and prints each phase's rate per second and the rate of
+//	    whole create+stat+unlink cycles (N over the three phases' time):
+//	    "meta create=R stat=R unlink=R create-stat-unlink=R".
 //	fusebench client --target URL [--nqn NQN] [--rw randread|read] [--bs BYTES] [--runtime D] [--create BYTES] FILE
 //	    reads FILE (a name in the root directory) through the Go file
 //	    client alone, one request at a time, and prints "IOPS BYTES/s":
