@@ -83,7 +83,8 @@ func serveFUSE(ctx context.Context, client fusefs.Client, mnt string, o fusefs.O
 	}()
 	select {
 	case <-done:
-		return nil // unmounted from outside
+		syncAtUnmount(client, logger) // unmounted from outside
+		return nil
 	case <-ctx.Done():
 	}
 	lazy, err := unmount(server, mnt, logger)
@@ -93,7 +94,25 @@ func serveFUSE(ctx context.Context, client fusefs.Client, mnt string, o fusefs.O
 	if !lazy {
 		<-done
 	}
+	syncAtUnmount(client, logger)
 	return nil
+}
+
+// unmountSyncTimeout bounds the sync at unmount.
+const unmountSyncTimeout = 5 * time.Second
+
+// syncAtUnmount makes what the mount changed durable on the target (an
+// FSYNC of the root syncs the whole namespace: fs/server's durability
+// rule names unmount as a sync point, as a local file system writes
+// everything back when it is unmounted). It waits at most
+// unmountSyncTimeout: a target that is gone has nothing to sync, and the
+// mount must not outlive a stop signal by a reconnect timeout.
+func syncAtUnmount(client fusefs.Client, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), unmountSyncTimeout)
+	defer cancel()
+	if err := client.Fsync(ctx, fusefs.RootIno, 0, false); err != nil {
+		logger.Warn("mount: syncing the file system at unmount failed", "err", err)
+	}
 }
 
 // unmount unmounts. When the mount is busy (a process has its working

@@ -6,12 +6,12 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Group commit. Every metadata change is a bbolt transaction, and a
-// bbolt commit fsyncs the database file: on a disk that costs
-// milliseconds. Changes that arrive while a commit is running are run
-// together in the next transaction, so that one fsync covers all of
-// them (a 1 MiB client write is four commands in parallel, each with its
-// own size and time update).
+// Group commit. Every metadata change is a transaction of the working
+// database; it fsyncs nothing (records.go), but a commit still writes
+// its pages and remaps the file. Changes that arrive while a commit is
+// running are run together in the next transaction, so that one commit
+// covers all of them (a 1 MiB client write is four commands in
+// parallel, each with its own size and time update).
 //
 // A function given to update may run more than once: when one function
 // of a group fails, the group's transaction is rolled back and each

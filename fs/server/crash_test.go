@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -17,12 +18,14 @@ import (
 )
 
 // TestCrash runs random file operations on devices that lose power at a
-// random point (only synced data survives; the metadata database keeps
-// its committed transactions), reopens, and checks the recovery's
-// promises: no file points at a chunk that was never written (every file
-// reads whole), no chunk is left that no file owns and no space leaks
-// (checkInvariants), files that were not touched after the last sync
-// read exactly as then, and the file system keeps working.
+// random point (only synced data and metadata survive), reopens, and
+// checks the recovery's promises: the namespace (names and sizes) is one
+// that existed at or after the last completed sync, never a mix (the
+// operation the crash cut may have happened or not); no file points at
+// a chunk that was never written (every file reads whole), no chunk is
+// left that no file owns and no space leaks (checkInvariants); files
+// that were not touched after the last sync read exactly as then; and
+// the file system keeps working.
 // CAPFS_CRASH_SEEDS=N runs N seeds.
 func TestCrash(t *testing.T) {
 	n := 24
@@ -49,6 +52,10 @@ type crashFile struct {
 func runCrash(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0xf11e))
 	d := newDevices(t)
+	// Checkpoints in the background as soon as a slot is released: they
+	// take whatever chunk records and staged metadata wait, between the
+	// operations' own steps.
+	d.opts = []chunkstore.Option{chunkstore.WithAutoCommit(1)}
 	opt := testOptions()
 	st, s := d.open(opt)
 	var files []*crashFile
@@ -61,10 +68,23 @@ func runCrash(t *testing.T, seed uint64) {
 		}
 		return out
 	}
+	// snapshot is the namespace as the model has it: name → size.
+	snapshot := func() map[string]int {
+		m := map[string]int{}
+		for _, f := range live() {
+			m[f.name] = len(f.data)
+		}
+		return m
+	}
+	var (
+		states  []map[string]int // after each operation that completed, from the last sync on
+		touched string           // the name the running operation changes
+	)
 	step := func(i int) error {
 		switch op := r.IntN(10); {
 		case op < 2 || len(live()) == 0:
 			name := fmt.Sprintf("f%d", i)
+			touched = name
 			a, h, err := s.create(rootCred, root, []byte(name), 0o644, 0, 0, 0)
 			if err != nil {
 				return err
@@ -79,6 +99,7 @@ func runCrash(t *testing.T, seed uint64) {
 		case op < 6:
 			fs := live()
 			f := fs[r.IntN(len(fs))]
+			touched = f.name
 			size := []int{10, 300, 5000, 20000, 70000}[r.IntN(5)]
 			off := r.IntN(len(f.data) + 10000)
 			p := make([]byte, size)
@@ -96,6 +117,7 @@ func runCrash(t *testing.T, seed uint64) {
 		case op < 7:
 			fs := live()
 			f := fs[r.IntN(len(fs))]
+			touched = f.name
 			size := r.IntN(len(f.data) + 20000)
 			f.synced = nil
 			if _, err := s.setAttr(rootCred, f.ino, &proto.SetAttr{Valid: proto.SetSize, Size: uint64(size)}); err != nil {
@@ -109,18 +131,22 @@ func runCrash(t *testing.T, seed uint64) {
 		case op < 8:
 			fs := live()
 			f := fs[r.IntN(len(fs))]
+			touched = f.name
 			f.removed = true
 			if err := s.unlink(rootCred, root, []byte(f.name), false); err != nil {
 				return err
 			}
 		default:
+			touched = ""
 			if err := s.Sync(); err != nil {
 				return err
 			}
 			for _, f := range files {
 				f.synced = append([]byte(nil), f.data...)
 			}
+			states = states[:0]
 		}
+		states = append(states, snapshot())
 		return nil
 	}
 	for i := range 20 {
@@ -130,10 +156,14 @@ func runCrash(t *testing.T, seed uint64) {
 	for _, f := range files {
 		f.synced = append([]byte(nil), f.data...)
 	}
+	states = []map[string]int{snapshot()}
 	d.clock.CrashAfter(r.Int64N(400))
 	var err error
 	for i := 20; i < 120 && err == nil; i++ {
 		err = step(i)
+	}
+	if err == nil {
+		touched = ""
 	}
 	t.Logf("workload ended: %v (after %d vfs operations)", err, d.clock.Ops())
 	if err != nil {
@@ -149,10 +179,34 @@ func runCrash(t *testing.T, seed uint64) {
 	defer s.Close()
 	checkInvariants(t, s)
 	require.Zero(t, s.Stats().Handles)
+	got := map[string]int{}
+	names := []string{touched}
+	for _, f := range files {
+		names = append(names, f.name)
+	}
+	for _, name := range names {
+		if a, err := s.lookup(rootCred, root, []byte(name)); err == nil {
+			got[name] = int(a.Size)
+		}
+	}
+	matched := false
+	for _, st := range states {
+		matched = matched || maps.Equal(st, got)
+	}
+	if !matched && touched != "" {
+		// The operation the crash cut may have happened, wholly or in
+		// part, on top of the last state: its file may be anything.
+		last := maps.Clone(states[len(states)-1])
+		g := maps.Clone(got)
+		delete(last, touched)
+		delete(g, touched)
+		matched = maps.Equal(last, g)
+	}
+	require.True(t, matched, "after the crash the namespace is %v: not one from the last sync on (%v)", got, states)
 	for _, f := range files {
 		a, err := s.lookup(rootCred, root, []byte(f.name))
-		if f.removed {
-			continue // its unlink may or may not have committed before the crash
+		if f.removed && err != nil {
+			continue // its unlink may or may not have been durable: if not, it reads as synced
 		}
 		if f.synced == nil {
 			continue // changed after the last sync: old, new or between, but readable (checked above)
@@ -171,10 +225,10 @@ func runCrash(t *testing.T, seed uint64) {
 	p := bytes.Repeat([]byte("after the crash "), 2000)
 	_, err = s.write(rootCred, a.Ino, 0, p, false)
 	require.NoError(t, err)
-	got := make([]byte, len(p))
-	_, err = s.read(rootCred, a.Ino, 0, got)
+	back := make([]byte, len(p))
+	_, err = s.read(rootCred, a.Ino, 0, back)
 	require.NoError(t, err)
-	require.Equal(t, p, got)
+	require.Equal(t, p, back)
 	require.NoError(t, s.release(a.Ino, h))
 	checkInvariants(t, s)
 }

@@ -152,16 +152,15 @@ func (s *Server) trimTail(ino uint64, size int64) error {
 	return s.store.PutChunk(s.chunkID(ino, b), buf, 0)
 }
 
-// spill moves an inline file's data into block 0 and syncs the store, so
-// that the metadata change that follows never points at data a crash
-// could lose.
+// spill moves an inline file's data into block 0. The metadata change
+// that follows (the inode no longer inline) is staged after the chunk's
+// record is in the store, so no checkpoint takes it without the chunk:
+// it never points at data a crash could lose, and costs no sync.
 func (s *Server) spill(ino uint64, data []byte, added *int64) error {
 	if len(data) > 0 {
-		if err := s.putBlock(ino, 0, data, added); err != nil {
-			return err
-		}
+		return s.putBlock(ino, 0, data, added)
 	}
-	return s.store.Sync()
+	return nil
 }
 
 // write writes data at off (or at the end with appending) and returns the
@@ -323,6 +322,14 @@ func (s *Server) deleteChunks(ino uint64, first, size int64) {
 }
 
 func (s *Server) deleteChunksLocked(ino uint64, first, size int64) int64 {
+	// The change that dropped the chunks goes to the store first, so that
+	// a checkpoint taking a deletion takes it too: after a crash no file
+	// names a block whose chunk is gone. Should that fail, the chunks stay
+	// for the next sweep.
+	if err := s.stage(); err != nil {
+		s.log.Warn("fs: staging the metadata failed; chunks stay until the next sweep", "ino", ino, "err", err)
+		return 0
+	}
 	last := (size + s.bs - 1) / s.bs // exclusive
 	var ids []chunkstore.ChunkID
 	if last-first > 4096 {

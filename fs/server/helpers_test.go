@@ -6,7 +6,6 @@ import (
 	"errors"
 	bolt "go.etcd.io/bbolt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -37,13 +36,14 @@ type devices struct {
 	t     testing.TB
 	clock *vfs.CrashClock
 	mem   []*vfs.MemFS
-	meta  string // the file server's bbolt file
+	meta  string // the directory of the file server's working database
+	opts  []chunkstore.Option
 }
 
 var testGeometry = chunkstore.Geometry{Data: 2, Parity: 1}
 
 func newDevices(t testing.TB) *devices {
-	d := &devices{t: t, clock: vfs.NewCrashClock(), meta: filepath.Join(hostDir(t), "fs.db")}
+	d := &devices{t: t, clock: vfs.NewCrashClock(), meta: hostDir(t)}
 	for i := range testGeometry.Devices() {
 		d.mem = append(d.mem, vfs.NewMem(vfs.WithCrashClock(d.clock), vfs.WithHostDir(hostDir(t)), vfs.WithName("mem"+string(rune('0'+i)))))
 	}
@@ -78,9 +78,12 @@ func testOptions() Options {
 // open opens the store and the server on d.
 func (d *devices) open(opt Options) (*chunkstore.Store, *Server) {
 	d.t.Helper()
-	st, err := chunkstore.OpenOrCreate(d.fs(), storeOpts...)
+	st, err := chunkstore.OpenOrCreate(d.fs(), append(append([]chunkstore.Option(nil), storeOpts...), d.opts...)...)
 	require.NoError(d.t, err)
-	s, err := Open(d.meta, st, opt)
+	if opt.ScratchDir == "" {
+		opt.ScratchDir = d.meta
+	}
+	s, err := Open(st, opt)
 	require.NoError(d.t, err)
 	return st, s
 }

@@ -192,7 +192,7 @@ func (s *Server) loadInode(ino uint64) (*icacheEntry, error) {
 // putInode writes ino's record in tx; the cache drops it now and takes
 // the record when tx commits.
 func (s *Server) putInode(tx *bolt.Tx, ino uint64, n *inode) error {
-	if err := tx.Bucket(bucketInodes).Put(inoKey(ino), n.marshal()); err != nil {
+	if err := s.put(tx, tagInodes, inoKey(ino), n.marshal()); err != nil {
 		return err
 	}
 	s.icache.drop(ino)
@@ -208,7 +208,7 @@ func (s *Server) putInode(tx *bolt.Tx, ino uint64, n *inode) error {
 
 // putData writes ino's inline data or symlink target in tx.
 func (s *Server) putData(tx *bolt.Tx, ino uint64, data []byte) error {
-	if err := tx.Bucket(bucketData).Put(inoKey(ino), data); err != nil {
+	if err := s.put(tx, tagData, inoKey(ino), data); err != nil {
 		return err
 	}
 	s.dropOnCommit(tx, ino)
@@ -217,7 +217,7 @@ func (s *Server) putData(tx *bolt.Tx, ino uint64, data []byte) error {
 
 // deleteData deletes ino's inline data in tx.
 func (s *Server) deleteData(tx *bolt.Tx, ino uint64) error {
-	if err := tx.Bucket(bucketData).Delete(inoKey(ino)); err != nil {
+	if err := s.del(tx, tagData, inoKey(ino)); err != nil {
 		return err
 	}
 	s.dropOnCommit(tx, ino)

@@ -68,8 +68,7 @@ func getDir(tx *bolt.Tx, ino uint64) (*inode, error) {
 }
 
 func (s *Server) newIno(tx *bolt.Tx) (uint64, error) {
-	sb := tx.Bucket(bucketSuper)
-	v := sb.Get(keyNextIno)
+	v := tx.Bucket(bucketSuper).Get(keyNextIno)
 	if len(v) != 8 {
 		return 0, errCorruptInode
 	}
@@ -77,7 +76,7 @@ func (s *Server) newIno(tx *bolt.Tx) (uint64, error) {
 	if ino > maxIno {
 		return 0, syscall.ENOSPC
 	}
-	return ino, sb.Put(keyNextIno, inoKey(ino+1))
+	return ino, s.put(tx, tagSuper, keyNextIno, inoKey(ino+1))
 }
 
 // entry looks name up in dir; found is false when there is none.
@@ -92,20 +91,20 @@ func entry(tx *bolt.Tx, dir uint64, name []byte) (ino, cookie uint64, mode uint3
 
 // addEntry links name in dir (whose record dn the caller puts back) to
 // ino.
-func addEntry(tx *bolt.Tx, dir uint64, dn *inode, name []byte, ino uint64, mode uint32) error {
+func (s *Server) addEntry(tx *bolt.Tx, dir uint64, dn *inode, name []byte, ino uint64, mode uint32) error {
 	cookie := dn.NextCookie
 	dn.NextCookie++
-	if err := tx.Bucket(bucketDirents).Put(nameKey(dir, name), direntValue(ino, cookie, mode)); err != nil {
+	if err := s.put(tx, tagDirents, nameKey(dir, name), direntValue(ino, cookie, mode)); err != nil {
 		return err
 	}
-	return tx.Bucket(bucketCookies).Put(cookieKey(dir, cookie), name)
+	return s.put(tx, tagCookies, cookieKey(dir, cookie), name)
 }
 
-func removeEntry(tx *bolt.Tx, dir uint64, name []byte, cookie uint64) error {
-	if err := tx.Bucket(bucketDirents).Delete(nameKey(dir, name)); err != nil {
+func (s *Server) removeEntry(tx *bolt.Tx, dir uint64, name []byte, cookie uint64) error {
+	if err := s.del(tx, tagDirents, nameKey(dir, name)); err != nil {
 		return err
 	}
-	return tx.Bucket(bucketCookies).Delete(cookieKey(dir, cookie))
+	return s.del(tx, tagCookies, cookieKey(dir, cookie))
 }
 
 // dirEmpty reports whether dir has no entries.
@@ -230,7 +229,7 @@ func (s *Server) mkInode(c *cred, parent uint64, name []byte, n *inode, data []b
 			n.NextCookie = proto.FirstCookie
 			dn.Nlink++
 		}
-		if err := addEntry(tx, parent, dn, name, ino, n.Mode); err != nil {
+		if err := s.addEntry(tx, parent, dn, name, ino, n.Mode); err != nil {
 			return err
 		}
 		dn.Mtime, dn.Ctime = now, now
@@ -339,7 +338,7 @@ func (s *Server) link(c *cred, ino, newParent uint64, name []byte) (a proto.Attr
 		if err := c.check(dn, mayWrite); err != nil {
 			return err
 		}
-		if err := addEntry(tx, newParent, dn, name, ino, n.Mode); err != nil {
+		if err := s.addEntry(tx, newParent, dn, name, ino, n.Mode); err != nil {
 			return err
 		}
 		dn.Mtime, dn.Ctime = now, now
@@ -379,7 +378,7 @@ func (s *Server) dropLink(tx *bolt.Tx, ino uint64, n *inode, now int64, out *[]g
 		return s.putInode(tx, ino, n)
 	}
 	if s.isOpen(ino) {
-		if err := tx.Bucket(bucketOrphans).Put(inoKey(ino), nil); err != nil {
+		if err := s.put(tx, tagOrphans, inoKey(ino), nil); err != nil {
 			return err
 		}
 		return s.putInode(tx, ino, n)
@@ -450,7 +449,7 @@ func (s *Server) unlink(c *cred, parent uint64, name []byte, dir bool) error {
 		case dir && !dirEmpty(tx, ino):
 			return syscall.ENOTEMPTY
 		}
-		if err := removeEntry(tx, parent, name, cookie); err != nil {
+		if err := s.removeEntry(tx, parent, name, cookie); err != nil {
 			return err
 		}
 		if dir {
@@ -567,10 +566,10 @@ func (s *Server) rename(c *cred, parent uint64, name []byte, newParent uint64, n
 		}
 		if flags&proto.RenameExch != 0 {
 			// Swap the two entries' targets, keeping their cookies.
-			if err := tx.Bucket(bucketDirents).Put(nameKey(parent, name), direntValue(oino, cookie, omode)); err != nil {
+			if err := s.put(tx, tagDirents, nameKey(parent, name), direntValue(oino, cookie, omode)); err != nil {
 				return err
 			}
-			if err := tx.Bucket(bucketDirents).Put(nameKey(newParent, newName), direntValue(ino, ocookie, mode)); err != nil {
+			if err := s.put(tx, tagDirents, nameKey(newParent, newName), direntValue(ino, ocookie, mode)); err != nil {
 				return err
 			}
 			if newParent != parent {
@@ -606,17 +605,17 @@ func (s *Server) rename(c *cred, parent uint64, name []byte, newParent uint64, n
 				case on.isDir() && !dirEmpty(tx, oino):
 					return syscall.ENOTEMPTY
 				}
-				if err := removeEntry(tx, newParent, newName, ocookie); err != nil {
+				if err := s.removeEntry(tx, newParent, newName, ocookie); err != nil {
 					return err
 				}
 				if on.isDir() {
 					dst.Nlink--
 				}
 			}
-			if err := removeEntry(tx, parent, name, cookie); err != nil {
+			if err := s.removeEntry(tx, parent, name, cookie); err != nil {
 				return err
 			}
-			if err := addEntry(tx, newParent, dst, newName, ino, mode); err != nil {
+			if err := s.addEntry(tx, newParent, dst, newName, ino, mode); err != nil {
 				return err
 			}
 			if n.isDir() && newParent != parent {
@@ -750,7 +749,7 @@ func (s *Server) release(ino, h uint64) error {
 		if err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketOrphans).Delete(inoKey(ino)); err != nil {
+		if err := s.del(tx, tagOrphans, inoKey(ino)); err != nil {
 			return err
 		}
 		if err := s.deleteInodeRecords(tx, ino); err != nil {
@@ -832,7 +831,7 @@ func (s *Server) setXattr(c *cred, ino uint64, name, value []byte, flags uint32)
 		case flags&proto.XattrReplace != 0 && !exists:
 			return syscall.ENODATA
 		}
-		if err := b.Put(k, append([]byte(nil), value...)); err != nil {
+		if err := s.put(tx, tagXattrs, k, append([]byte{}, value...)); err != nil {
 			return err
 		}
 		n.Ctime = now
@@ -886,7 +885,7 @@ func (s *Server) removeXattr(c *cred, ino uint64, name []byte) error {
 		if b.Get(k) == nil {
 			return syscall.ENODATA
 		}
-		if err := b.Delete(k); err != nil {
+		if err := s.del(tx, tagXattrs, k); err != nil {
 			return err
 		}
 		n.Ctime = now

@@ -645,7 +645,7 @@ func TestStatFSDevices(t *testing.T) {
 	st, err := chunkstore.OpenOrCreate(devs, storeOpts...)
 	require.NoError(t, err)
 	defer st.Close()
-	s, err := Open(filepath.Join(dir, "fs.db"), st, Options{FSID: 1})
+	s, err := Open(st, Options{FSID: 1, ScratchDir: dir})
 	require.NoError(t, err)
 	defer s.Close()
 
@@ -661,7 +661,7 @@ func TestStatFSDevices(t *testing.T) {
 	assert.Equal(t, uint64(1), got.Files-got.Ffree, "the root is the one inode in use")
 	assert.LessOrEqual(t, got.Ffree, uint64(sf.Bavail)*uint64(sf.Frsize)/statfsInodeBytes)
 
-	capped, err := Open(filepath.Join(dir, "fs2.db"), st, Options{FSID: 2, Capacity: 1 << 20})
+	capped, err := Open(st, Options{FSID: 2, Capacity: 1 << 20, ScratchDir: dir})
 	require.NoError(t, err)
 	defer capped.Close()
 	got = capped.statFS()

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,11 +52,21 @@ type Options struct {
 	// RootUID and RootGID own the root directory of a new namespace
 	// (default root's; an existing one keeps its owner).
 	RootUID, RootGID uint32
-	// SyncInterval is how often the server syncs the chunkstore when file
-	// data changed since the last sync, without any FSYNC: it bounds what
-	// a crash loses and lets the store reuse the space of replaced chunks
-	// (DefaultSyncInterval; -1: only FSYNC and Flush sync).
+	// SyncInterval is how often the server syncs when file data or
+	// metadata changed since the last sync, without any FSYNC: it bounds
+	// what a crash loses (the commit interval) and lets the store reuse
+	// the space of replaced chunks (DefaultSyncInterval; -1: only FSYNC,
+	// Flush and Close sync).
 	SyncInterval time.Duration
+	// Import names a metadata database of the first format (a bbolt file
+	// of its own, outside the store): when the store holds no namespace
+	// of this FSID yet and the file exists, Open copies it into the
+	// store's records, syncs, and renames it to Import+".imported".
+	Import string
+	// ScratchDir is where the working database is made (os.TempDir()
+	// when empty): a file unlinked as soon as it is open, about as large
+	// as the namespace's metadata.
+	ScratchDir string
 	// CacheBytes bounds the memory of the inode cache (icache.go):
 	// DefaultCacheBytes when zero; -1 turns the cache off, so that every
 	// operation reads its inode from the database.
@@ -68,12 +77,14 @@ type Options struct {
 // commit interval.
 const DefaultSyncInterval = 5 * time.Second
 
-// Server is a file namespace: metadata in a bbolt database, file data in
-// a chunkstore. It implements target.VendorHandler. Its methods are safe
-// for concurrent use.
+// Server is a file namespace: metadata in the chunkstore's records,
+// worked on in a bbolt database, file data in the chunkstore's chunks.
+// It implements target.VendorHandler. Its methods are safe for
+// concurrent use.
 type Server struct {
-	db    *bolt.DB
+	db    *bolt.DB // the working database (records.go)
 	store *chunkstore.Store
+	space string // the store's record space of this FSID
 	opt   Options
 	log   *slog.Logger
 	bs    int64
@@ -109,21 +120,26 @@ type Server struct {
 	committerDone chan struct{}
 	// txMu is held around every writing transaction of the committer,
 	// and by an open around its check and the registration of its handle
-	// (data.go, openIno). Taken after a data lock, before hmu.
+	// (data.go, openIno), and by stage. Taken after a data lock, before
+	// hmu.
 	txMu sync.Mutex
+	// metaDirty holds the keys changed since the last stage (records.go):
+	// bucket tag + key. Guarded by txMu (writing transactions run under
+	// it, or in Open before anything else).
+	metaDirty map[string]struct{}
 
-	// dirty is set when file data changes and cleared by a sync; the
+	// dirty is set when file data or metadata changes and cleared by a
+	// sync; the
 	// syncer goroutine syncs when it finds it set, until stopSync closes.
 	dirty    atomic.Bool
 	stopSync chan struct{}
 	syncDone chan struct{}
 }
 
-// Open opens (or creates) the file namespace whose metadata is the bbolt
-// file dbPath and whose data is in store, then recovers from any crash:
-// files unlinked while open are deleted, and chunks no file owns are
-// deleted (the orphan sweep).
-func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) {
+// Open opens (or creates) the file namespace of opt.FSID in store, then
+// recovers from any crash: files unlinked while open are deleted, and
+// chunks no file owns are deleted (the orphan sweep).
+func Open(store *chunkstore.Store, opt Options) (*Server, error) {
 	if opt.BlockSize == 0 {
 		opt.BlockSize = DefaultBlockSize
 	}
@@ -153,39 +169,54 @@ func Open(dbPath string, store *chunkstore.Store, opt Options) (*Server, error) 
 	if opt.CacheBytes == 0 {
 		opt.CacheBytes = DefaultCacheBytes
 	}
-	if err := os.MkdirAll(filepath.Dir(dbPath), 0o755); err != nil {
+	db, err := openScratch(opt.ScratchDir)
+	if err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(dbPath, 0o600, &bolt.Options{Timeout: time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("fs/server: %s: %w", dbPath, err)
-	}
-	s := &Server{db: db, store: store, opt: opt, log: opt.Logger, bs: int64(opt.BlockSize),
+	s := &Server{db: db, store: store, space: recordSpace(opt.FSID), metaDirty: map[string]struct{}{},
+		opt: opt, log: opt.Logger, bs: int64(opt.BlockSize),
 		handles: map[uint64]handle{}, open: map[uint64]int{}, grants: map[grant]int{},
 		commits: make(chan *commitReq, maxGroup), committerDone: make(chan struct{}),
 		stopSync: make(chan struct{}), syncDone: make(chan struct{})}
 	s.icache.init(opt.CacheBytes)
-	if err := s.init(); err != nil {
+	found, err := s.load()
+	imported := false
+	if err == nil && !found && opt.Import != "" {
+		imported, err = s.importLegacy(opt.Import)
+	}
+	if err == nil {
+		err = s.init()
+	}
+	if err == nil {
+		err = s.recover()
+	}
+	if err == nil && len(s.metaDirty) > 0 {
+		err = s.Sync() // a new or imported namespace
+	}
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	if err := s.recover(); err != nil {
-		db.Close()
-		return nil, err
+	if imported {
+		if err := os.Rename(opt.Import, opt.Import+".imported"); err != nil {
+			s.log.Warn("fs: the imported metadata file stays where it was", "path", opt.Import, "err", err)
+		}
+		s.log.Info("fs: metadata imported into the store", "from", opt.Import)
+	} else if found && opt.Import != "" {
+		if _, err := os.Stat(opt.Import); err == nil {
+			s.log.Warn("fs: a metadata file of the first format is left beside a namespace in the store; it is not read",
+				"path", opt.Import)
+		}
 	}
 	go s.committer()
 	go s.syncer()
 	return s, nil
 }
 
-// init creates the buckets and the root directory of a new database.
+// init checks the format and FSID of a namespace, or makes the root
+// directory of a new one.
 func (s *Server) init() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
 		sb := tx.Bucket(bucketSuper)
 		var fsid [2]byte
 		binary.LittleEndian.PutUint16(fsid[:], s.opt.FSID)
@@ -200,10 +231,10 @@ func (s *Server) init() error {
 		}
 		var v [4]byte
 		binary.LittleEndian.PutUint32(v[:], formatVersion)
-		if err := sb.Put(keyVersion, v[:]); err != nil {
+		if err := s.put(tx, tagSuper, keyVersion, v[:]); err != nil {
 			return err
 		}
-		if err := sb.Put(keyFSID, fsid[:]); err != nil {
+		if err := s.put(tx, tagSuper, keyFSID, fsid[:]); err != nil {
 			return err
 		}
 		now := s.opt.Now().UnixNano()
@@ -212,11 +243,12 @@ func (s *Server) init() error {
 		if err := s.putInode(tx, 1, root); err != nil {
 			return err
 		}
-		return sb.Put(keyNextIno, inoKey(2))
+		return s.put(tx, tagSuper, keyNextIno, inoKey(2))
 	})
 }
 
-// Close closes the metadata database. The chunkstore is the caller's.
+// Close syncs (unmounting makes everything durable) and closes the
+// working database. The chunkstore is the caller's.
 func (s *Server) Close() error {
 	s.commitMu.Lock()
 	if s.closed.Swap(true) {
@@ -228,14 +260,23 @@ func (s *Server) Close() error {
 	close(s.stopSync)
 	<-s.syncDone
 	<-s.committerDone
-	return s.db.Close()
+	err := s.Sync()
+	if cerr := s.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
-// Sync makes every completed operation durable: the chunkstore is
-// synced; metadata is durable at each transaction's commit already.
+// Sync makes every completed operation durable: the metadata changed
+// since the last sync is staged into the store's records, and the store
+// synced (a checkpoint, with records or chunk records waiting).
 func (s *Server) Sync() error {
 	s.dirty.Store(false)
-	if err := s.store.Sync(); err != nil {
+	err := s.stage()
+	if err == nil {
+		err = s.store.Sync()
+	}
+	if err != nil {
 		s.dirty.Store(true)
 		return err
 	}
@@ -313,7 +354,7 @@ func (s *Server) recover() error {
 			if err := s.deleteInodeRecords(tx, binary.BigEndian.Uint64(k)); err != nil {
 				return err
 			}
-			if err := tx.Bucket(bucketOrphans).Delete(k); err != nil {
+			if err := s.del(tx, tagOrphans, k); err != nil {
 				return err
 			}
 		}
@@ -389,7 +430,7 @@ func (s *Server) recover() error {
 	s.inodes.Store(inodes)
 	if deleted > 0 || len(orphans) > 0 {
 		s.log.Info("fs: recovered", "orphan_inodes", len(orphans), "orphan_chunks", deleted)
-		return s.store.Sync()
+		return s.Sync()
 	}
 	return nil
 }
@@ -398,7 +439,7 @@ func (s *Server) recover() error {
 // database: inline data or symlink target, xattrs. Its chunks are
 // deleted by the caller after the commit (or by the next sweep).
 func (s *Server) deleteInodeRecords(tx *bolt.Tx, ino uint64) error {
-	if err := tx.Bucket(bucketInodes).Delete(inoKey(ino)); err != nil {
+	if err := s.del(tx, tagInodes, inoKey(ino)); err != nil {
 		return err
 	}
 	if err := s.deleteData(tx, ino); err != nil {
@@ -407,6 +448,7 @@ func (s *Server) deleteInodeRecords(tx *bolt.Tx, ino uint64) error {
 	c := tx.Bucket(bucketXattrs).Cursor()
 	prefix := inoKey(ino)
 	for k, _ := c.Seek(prefix); k != nil && len(k) >= 8 && string(k[:8]) == string(prefix); k, _ = c.Seek(prefix) {
+		s.mark(tagXattrs, k)
 		if err := c.Delete(); err != nil {
 			return err
 		}

@@ -149,7 +149,7 @@ func TestHundredThousandEntries(t *testing.T) {
 	const n = 100_000
 	// One transaction for the set-up: bbolt fsyncs each commit.
 	want := make(map[string]bool, n)
-	require.NoError(t, s.db.Update(func(tx *bboltTx) error {
+	require.NoError(t, s.runUpdate(func(tx *bboltTx) error {
 		dn, err := getDir(tx, d.Ino)
 		if err != nil {
 			return err
@@ -164,7 +164,7 @@ func TestHundredThousandEntries(t *testing.T) {
 			if err := s.putInode(tx, ino, in); err != nil {
 				return err
 			}
-			if err := addEntry(tx, d.Ino, dn, []byte(name), ino, in.Mode); err != nil {
+			if err := s.addEntry(tx, d.Ino, dn, []byte(name), ino, in.Mode); err != nil {
 				return err
 			}
 			want[name] = true

@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/binary"
-	"path/filepath"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -27,9 +26,10 @@ import (
 // reports Capacity, or, without one, the space in use plus what is left
 // of 1 TiB.
 //
-// Inodes: the numbers left (they are never reused) and the room of the
-// metadata database's file system at statfsInodeBytes an inode, the
-// smaller of the two, are free; files are those in use plus the free.
+// Inodes: the numbers left (they are never reused) and the room the
+// fullest device has for its replica of the metadata, at
+// statfsInodeBytes an inode, the smaller of the two, are free; files are
+// those in use plus the free.
 
 // statfsBlock is the block size STATFS reports.
 const statfsBlock = 4096
@@ -113,13 +113,11 @@ func (s *Server) statFS() proto.StatFS {
 		return nil
 	})
 	ffree := uint64(maxIno) - min(next, uint64(maxIno))
-	var sf unix.Statfs_t
-	if unix.Statfs(filepath.Dir(s.db.Path()), &sf) == nil {
-		bs := uint64(sf.Frsize)
-		if bs == 0 {
-			bs = uint64(sf.Bsize)
-		}
-		ffree = min(ffree, sf.Bavail*bs/statfsInodeBytes)
+	if ok {
+		// Every device holds a replica of the metadata: the fullest one
+		// bounds the inodes.
+		perDevice := avail / int64(s.store.Info().Geometry.Data)
+		ffree = min(ffree, uint64(max(perDevice, 0))/statfsInodeBytes)
 	}
 	return proto.StatFS{
 		Blocks: uint64(total / statfsBlock), Bfree: uint64(free / statfsBlock), Bavail: uint64(avail / statfsBlock),

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +55,7 @@ func newFixture(t *testing.T) *fixture {
 	store, err := chunkstore.OpenOrCreateDirs(chunkstore.DeviceDirs(dir, chunkstore.DefaultGeometry),
 		chunkstore.WithLogger(log))
 	require.NoError(t, err)
-	fsrv, err := server.Open(filepath.Join(dir, "fs.db"), store, server.Options{})
+	fsrv, err := server.Open(store, server.Options{ScratchDir: dir})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		fsrv.Close()
