@@ -3,9 +3,13 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/stretchr/testify/require"
 
@@ -377,4 +381,66 @@ func TestInlineVendorOnlyShortReads(t *testing.T) {
 	require.False(t, s.InlineVendor(read, 1<<20))
 	require.False(t, s.InlineVendor(&nvmeof.Command{Opcode: proto.OpWrite}, 4<<10))
 	require.False(t, s.InlineVendor(&nvmeof.Command{Opcode: proto.OpCreate}, 4<<10))
+}
+
+// TestImportLegacy: a namespace of the first format (its own bbolt file,
+// the same buckets) is imported into a store that has none for the FSID,
+// renamed aside, and read from the store's records from then on.
+func TestImportLegacy(t *testing.T) {
+	// The first format's file: the buckets of a namespace, written by
+	// hand from a server's working database.
+	src := newServer(t, testOptions())
+	a, err := src.mknod(rootCred, root, []byte("old"), sIFREG|0o640, 0, 0, 0)
+	require.NoError(t, err)
+	_, err = src.write(rootCred, a.Ino, 0, []byte("from the first format"), false)
+	require.NoError(t, err)
+	_, err = src.mkdir(rootCred, root, []byte("dir"), 0o700, 0, 0)
+	require.NoError(t, err)
+	legacy := filepath.Join(t.TempDir(), "fs-files.db")
+	old, err := bolt.Open(legacy, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, src.db.View(func(stx *bolt.Tx) error {
+		return old.Update(func(tx *bolt.Tx) error {
+			for _, name := range allBuckets {
+				b, err := tx.CreateBucket(name)
+				if err != nil {
+					return err
+				}
+				if err := stx.Bucket(name).ForEach(func(k, v []byte) error { return b.Put(k, v) }); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}))
+	require.NoError(t, old.Close())
+
+	d := newDevices(t)
+	opt := testOptions()
+	opt.Import = legacy
+	st, s := d.open(opt)
+	check := func(s *Server) {
+		t.Helper()
+		a, err := s.lookup(rootCred, root, []byte("old"))
+		require.NoError(t, err)
+		require.Equal(t, uint32(sIFREG|0o640), a.Mode)
+		buf := make([]byte, 64)
+		n, err := s.read(rootCred, a.Ino, 0, buf)
+		require.NoError(t, err)
+		require.Equal(t, "from the first format", string(buf[:n]))
+		_, err = s.lookup(rootCred, root, []byte("dir"))
+		require.NoError(t, err)
+	}
+	check(s)
+	_, err = os.Stat(legacy)
+	require.ErrorIs(t, err, os.ErrNotExist, "the imported file is renamed")
+	_, err = os.Stat(legacy + ".imported")
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, st.Close())
+
+	st, s = d.open(testOptions()) // no Import: the records have it
+	defer st.Close()
+	defer s.Close()
+	check(s)
 }
