@@ -27,13 +27,13 @@ func fsID(name string) uint16 {
 
 // openFileNamespace opens (or creates) the file namespace name on store.
 // Its metadata is in the store's records; an older version's metadata
-// file in dataDir is imported, and the working database is made there.
+// file in dataDir is imported.
 func openFileNamespace(name, dataDir string, store *chunkstore.Store, log *slog.Logger) (*server.Server, error) {
 	if name == "" || filepath.Base(name) != name {
 		return nil, fmt.Errorf("--fs %q: want a plain name such as %q", name, defaultFSName)
 	}
 	path := filepath.Join(dataDir, "fs-"+name+".db")
-	s, err := server.Open(store, server.Options{FSID: fsID(name), Import: path, ScratchDir: dataDir,
+	s, err := server.Open(store, server.Options{FSID: fsID(name), Import: path,
 		Logger: log.With("fs", name)})
 	if err != nil {
 		return nil, fmt.Errorf("file namespace %s: %w", name, err)

@@ -2,8 +2,6 @@ package server
 
 import (
 	"errors"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Group commit. Every metadata change is a transaction of the working
@@ -24,7 +22,7 @@ import (
 const maxGroup = 64
 
 type commitReq struct {
-	fn  func(*bolt.Tx) error
+	fn  func(*memTx) error
 	err chan error
 }
 
@@ -33,12 +31,12 @@ var errGroupFailed = errors.New("fs/server: a function of the group failed")
 
 // update runs fn in a writing transaction, grouped with the changes that
 // arrive meanwhile, and returns fn's error or the commit's.
-func (s *Server) update(fn func(*bolt.Tx) error) error {
+func (s *Server) update(fn func(*memTx) error) error {
 	req := commitReq{fn: fn, err: make(chan error, 1)}
 	s.commitMu.RLock()
 	if s.closed.Load() {
 		s.commitMu.RUnlock()
-		return bolt.ErrDatabaseNotOpen
+		return errClosed
 	}
 	s.commits <- &req
 	s.commitMu.RUnlock()
@@ -70,7 +68,7 @@ func (s *Server) committer() {
 			continue
 		}
 		failed := false
-		err := s.runUpdate(func(tx *bolt.Tx) error {
+		err := s.runUpdate(func(tx *memTx) error {
 			for i, r := range batch {
 				if errs[i] = r.fn(tx); errs[i] != nil {
 					failed = true
@@ -98,7 +96,7 @@ func (s *Server) committer() {
 }
 
 // runUpdate runs one writing transaction under txMu.
-func (s *Server) runUpdate(fn func(*bolt.Tx) error) error {
+func (s *Server) runUpdate(fn func(*memTx) error) error {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	return s.db.Update(fn)

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"syscall"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/fs/internal/proto"
 )
@@ -43,7 +41,7 @@ func (s *Server) inodeOf(ino uint64) (*inode, error) {
 // viewInode reads ino's record from the database, past the cache.
 func (s *Server) viewInode(ino uint64) (*inode, error) {
 	var n *inode
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *memTx) error {
 		var err error
 		n, err = getInode(tx, ino)
 		return err
@@ -208,7 +206,7 @@ func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bo
 		if s.used.Load()+newSize-size > s.opt.Capacity {
 			return 0, syscall.ENOSPC
 		}
-		err := s.update(func(tx *bolt.Tx) error {
+		err := s.update(func(tx *memTx) error {
 			n, err := getInode(tx, ino)
 			if err != nil {
 				return err
@@ -239,7 +237,7 @@ func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bo
 			return 0, err
 		}
 		// The spilled data is now block 0; make the metadata say so.
-		if err := s.update(func(tx *bolt.Tx) error {
+		if err := s.update(func(tx *memTx) error {
 			m, err := getInode(tx, ino)
 			if err != nil {
 				return err
@@ -293,7 +291,7 @@ func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bo
 // modification time, and with kill the loss of set-ID bits. An inode
 // deleted meanwhile gets its chunks deleted.
 func (s *Server) commitChunks(ino uint64, added, newSize, now int64, kill bool) error {
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *memTx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -374,7 +372,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 			if s.used.Load()+newSize-size > s.opt.Capacity {
 				return syscall.ENOSPC
 			}
-			err := s.update(func(tx *bolt.Tx) error {
+			err := s.update(func(tx *memTx) error {
 				m, err := getInode(tx, ino)
 				if err != nil {
 					return err
@@ -394,7 +392,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 			return err
 		}
 		var data []byte
-		if err := s.db.View(func(tx *bolt.Tx) error {
+		if err := s.db.View(func(tx *memTx) error {
 			data = append(data, tx.Bucket(bucketData).Get(inoKey(ino))...)
 			return nil
 		}); err != nil {
@@ -404,7 +402,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 		if err := s.spill(ino, data, &added); err != nil {
 			return err
 		}
-		err := s.update(func(tx *bolt.Tx) error {
+		err := s.update(func(tx *memTx) error {
 			m, err := getInode(tx, ino)
 			if err != nil {
 				return err
@@ -427,7 +425,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 			return err
 		}
 	}
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *memTx) error {
 		m, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -444,7 +442,7 @@ func (s *Server) truncateLocked(ino uint64, n *inode, newSize int64, now int64) 
 	if dropped == 0 {
 		return nil
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *memTx) error {
 		m, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -523,7 +521,7 @@ func (s *Server) setAttr(c *cred, ino uint64, in *proto.SetAttr) (a proto.Attr, 
 			return a, err
 		}
 	}
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *memTx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -633,7 +631,7 @@ func (s *Server) openIno(c *cred, ino uint64, flags uint32, check bool) (uint64,
 	h := s.allocHandle()
 	var a proto.Attr
 	s.txMu.Lock()
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *memTx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -721,7 +719,7 @@ func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) 
 		return nil
 	}
 	if n.inline() {
-		return s.update(func(tx *bolt.Tx) error {
+		return s.update(func(tx *memTx) error {
 			m, err := getInode(tx, ino)
 			if err != nil {
 				return err
@@ -763,7 +761,7 @@ func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) 
 		}
 	}
 	s.used.Add(-dropped * s.bs)
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *memTx) error {
 		m, err := getInode(tx, ino)
 		if err != nil {
 			return err

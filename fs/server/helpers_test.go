@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 
 	"errors"
-	bolt "go.etcd.io/bbolt"
 	"os"
 	"syscall"
 	"testing"
@@ -19,7 +18,7 @@ import (
 	"github.com/capsule-storage/capsule/nvmeof/target"
 )
 
-// hostDir returns a directory for bbolt files: tmpfs when there is one
+// hostDir returns a directory for the chunkstore's bbolt files: tmpfs when there is one
 // (bbolt fsyncs every commit), else the test's temp dir.
 func hostDir(t testing.TB) string {
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
@@ -36,14 +35,13 @@ type devices struct {
 	t     testing.TB
 	clock *vfs.CrashClock
 	mem   []*vfs.MemFS
-	meta  string // the directory of the file server's working database
 	opts  []chunkstore.Option
 }
 
 var testGeometry = chunkstore.Geometry{Data: 2, Parity: 1}
 
 func newDevices(t testing.TB) *devices {
-	d := &devices{t: t, clock: vfs.NewCrashClock(), meta: hostDir(t)}
+	d := &devices{t: t, clock: vfs.NewCrashClock()}
 	for i := range testGeometry.Devices() {
 		d.mem = append(d.mem, vfs.NewMem(vfs.WithCrashClock(d.clock), vfs.WithHostDir(hostDir(t)), vfs.WithName("mem"+string(rune('0'+i)))))
 	}
@@ -80,9 +78,6 @@ func (d *devices) open(opt Options) (*chunkstore.Store, *Server) {
 	d.t.Helper()
 	st, err := chunkstore.OpenOrCreate(d.fs(), append(append([]chunkstore.Option(nil), storeOpts...), d.opts...)...)
 	require.NoError(d.t, err)
-	if opt.ScratchDir == "" {
-		opt.ScratchDir = d.meta
-	}
 	s, err := Open(st, opt)
 	require.NoError(d.t, err)
 	return st, s
@@ -188,7 +183,7 @@ func listAll(t testing.TB, s *Server, dir uint64, bufSize int, plus bool) (names
 	}
 }
 
-type bboltTx = bolt.Tx
+type bboltTx = memTx
 
 func beUint64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 

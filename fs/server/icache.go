@@ -4,20 +4,18 @@ import (
 	"bytes"
 	"sync"
 	"syscall"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // The inode cache: committed inode records (and an inline file's data)
 // in memory, so that READ, GETATTR and the checks before a write or an
-// open find their inode without a bbolt transaction (doc.go, "The inode
+// open find their inode without a transaction (doc.go, "The inode
 // cache").
 //
 // Coherence. Inode records change only in writing transactions, all of
 // which run on the committer under txMu (and, before the server serves,
 // in init and recover). Every change goes through putInode,
 // deleteInodeRecords, putData or deleteData, which drop the entry at
-// once and register a bbolt commit handler (tx.OnCommit) that runs after
+// once and register a commit handler (tx.OnCommit) that runs after
 // the commit, still inside the committer's transaction, before the
 // change's caller hears of it: it puts the new record in (a chunked or
 // non-regular inode) or drops the entry (an inline file, a deleted
@@ -25,7 +23,7 @@ import (
 // dropped are filled again from the database. So when a change has
 // returned, the cache holds its outcome or nothing.
 //
-// A miss reads the inode in a bbolt transaction and fills the entry,
+// A miss reads the inode in a transaction and fills the entry,
 // unless the shard's generation moved since the miss: a change that
 // committed meanwhile may be newer than what the transaction saw. Every
 // drop and every commit handler moves the generation, under the shard's
@@ -169,7 +167,7 @@ func (s *Server) loadInode(ino uint64) (*icacheEntry, error) {
 		return e, nil
 	}
 	e = new(icacheEntry)
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *memTx) error {
 		v := tx.Bucket(bucketInodes).Get(inoKey(ino))
 		if v == nil {
 			return syscall.ENOENT
@@ -191,7 +189,7 @@ func (s *Server) loadInode(ino uint64) (*icacheEntry, error) {
 
 // putInode writes ino's record in tx; the cache drops it now and takes
 // the record when tx commits.
-func (s *Server) putInode(tx *bolt.Tx, ino uint64, n *inode) error {
+func (s *Server) putInode(tx *memTx, ino uint64, n *inode) error {
 	if err := s.put(tx, tagInodes, inoKey(ino), n.marshal()); err != nil {
 		return err
 	}
@@ -207,7 +205,7 @@ func (s *Server) putInode(tx *bolt.Tx, ino uint64, n *inode) error {
 }
 
 // putData writes ino's inline data or symlink target in tx.
-func (s *Server) putData(tx *bolt.Tx, ino uint64, data []byte) error {
+func (s *Server) putData(tx *memTx, ino uint64, data []byte) error {
 	if err := s.put(tx, tagData, inoKey(ino), data); err != nil {
 		return err
 	}
@@ -216,7 +214,7 @@ func (s *Server) putData(tx *bolt.Tx, ino uint64, data []byte) error {
 }
 
 // deleteData deletes ino's inline data in tx.
-func (s *Server) deleteData(tx *bolt.Tx, ino uint64) error {
+func (s *Server) deleteData(tx *memTx, ino uint64) error {
 	if err := s.del(tx, tagData, inoKey(ino)); err != nil {
 		return err
 	}
@@ -225,7 +223,7 @@ func (s *Server) deleteData(tx *bolt.Tx, ino uint64) error {
 }
 
 // dropOnCommit drops ino's entry now and when tx commits.
-func (s *Server) dropOnCommit(tx *bolt.Tx, ino uint64) {
+func (s *Server) dropOnCommit(tx *memTx, ino uint64) {
 	s.icache.drop(ino)
 	tx.OnCommit(func() { s.icache.drop(ino) })
 }

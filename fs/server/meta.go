@@ -7,7 +7,7 @@ import (
 	"syscall"
 )
 
-// bbolt buckets.
+// Buckets of the working database, and of the first format's bbolt file.
 var (
 	bucketSuper     = []byte("super")      // "next_ino" → u64, "version" → u32, "fsid" → u16
 	bucketInodes    = []byte("inodes")     // ino (8, BE) → inode record

@@ -5,12 +5,10 @@ import (
 	"encoding/binary"
 	"syscall"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/capsule-storage/capsule/fs/internal/proto"
 )
 
-// The metadata operations. Each runs in one bbolt transaction, so it
+// The metadata operations. Each runs in one transaction, so it
 // happens wholly or not at all, also across a crash; chunks of files
 // whose last link went are deleted after the commit (a crash in between
 // leaves them to the orphan sweep).
@@ -44,7 +42,7 @@ func checkNewName(name []byte) syscall.Errno {
 	return 0
 }
 
-func getInode(tx *bolt.Tx, ino uint64) (*inode, error) {
+func getInode(tx *memTx, ino uint64) (*inode, error) {
 	v := tx.Bucket(bucketInodes).Get(inoKey(ino))
 	if v == nil {
 		return nil, syscall.ENOENT
@@ -56,7 +54,7 @@ func getInode(tx *bolt.Tx, ino uint64) (*inode, error) {
 	return n, nil
 }
 
-func getDir(tx *bolt.Tx, ino uint64) (*inode, error) {
+func getDir(tx *memTx, ino uint64) (*inode, error) {
 	n, err := getInode(tx, ino)
 	if err != nil {
 		return nil, err
@@ -67,7 +65,7 @@ func getDir(tx *bolt.Tx, ino uint64) (*inode, error) {
 	return n, nil
 }
 
-func (s *Server) newIno(tx *bolt.Tx) (uint64, error) {
+func (s *Server) newIno(tx *memTx) (uint64, error) {
 	v := tx.Bucket(bucketSuper).Get(keyNextIno)
 	if len(v) != 8 {
 		return 0, errCorruptInode
@@ -80,7 +78,7 @@ func (s *Server) newIno(tx *bolt.Tx) (uint64, error) {
 }
 
 // entry looks name up in dir; found is false when there is none.
-func entry(tx *bolt.Tx, dir uint64, name []byte) (ino, cookie uint64, mode uint32, found bool, err error) {
+func entry(tx *memTx, dir uint64, name []byte) (ino, cookie uint64, mode uint32, found bool, err error) {
 	v := tx.Bucket(bucketDirents).Get(nameKey(dir, name))
 	if v == nil {
 		return 0, 0, 0, false, nil
@@ -91,7 +89,7 @@ func entry(tx *bolt.Tx, dir uint64, name []byte) (ino, cookie uint64, mode uint3
 
 // addEntry links name in dir (whose record dn the caller puts back) to
 // ino.
-func (s *Server) addEntry(tx *bolt.Tx, dir uint64, dn *inode, name []byte, ino uint64, mode uint32) error {
+func (s *Server) addEntry(tx *memTx, dir uint64, dn *inode, name []byte, ino uint64, mode uint32) error {
 	cookie := dn.NextCookie
 	dn.NextCookie++
 	if err := s.put(tx, tagDirents, nameKey(dir, name), direntValue(ino, cookie, mode)); err != nil {
@@ -100,7 +98,7 @@ func (s *Server) addEntry(tx *bolt.Tx, dir uint64, dn *inode, name []byte, ino u
 	return s.put(tx, tagCookies, cookieKey(dir, cookie), name)
 }
 
-func (s *Server) removeEntry(tx *bolt.Tx, dir uint64, name []byte, cookie uint64) error {
+func (s *Server) removeEntry(tx *memTx, dir uint64, name []byte, cookie uint64) error {
 	if err := s.del(tx, tagDirents, nameKey(dir, name)); err != nil {
 		return err
 	}
@@ -108,7 +106,7 @@ func (s *Server) removeEntry(tx *bolt.Tx, dir uint64, name []byte, cookie uint64
 }
 
 // dirEmpty reports whether dir has no entries.
-func dirEmpty(tx *bolt.Tx, dir uint64) bool {
+func dirEmpty(tx *memTx, dir uint64) bool {
 	prefix := inoKey(dir)
 	k, _ := tx.Bucket(bucketDirents).Cursor().Seek(prefix)
 	return k == nil || !bytes.HasPrefix(k, prefix)
@@ -131,7 +129,7 @@ func (s *Server) lookup(c *cred, parent uint64, name []byte) (a proto.Attr, err 
 	if e := checkName(name); e != 0 {
 		return a, e
 	}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *memTx) error {
 		dn, err := getDir(tx, parent)
 		if err != nil {
 			return err
@@ -188,7 +186,7 @@ func (s *Server) mkInode(c *cred, parent uint64, name []byte, n *inode, data []b
 		n.UID, n.GID = c.uid, c.gid
 	}
 	gid, mode := n.GID, n.Mode
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *memTx) error {
 		n.GID, n.Mode = gid, mode // a grouped commit may run this again
 		dn, err := getDir(tx, parent)
 		if err != nil {
@@ -286,7 +284,7 @@ func (s *Server) symlink(c *cred, parent uint64, name, target []byte, uid, gid u
 }
 
 func (s *Server) readlink(ino uint64, buf []byte) (n int, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *memTx) error {
 		in, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -309,7 +307,7 @@ func (s *Server) link(c *cred, ino, newParent uint64, name []byte) (a proto.Attr
 		return a, e
 	}
 	now := s.opt.Now().UnixNano()
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *memTx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -367,7 +365,7 @@ type gone struct {
 // dropLink takes one link from ino (record n, name removed by the caller
 // already). A file that keeps no link is deleted, unless it is open: then
 // it waits in bucketOrphans for its last release.
-func (s *Server) dropLink(tx *bolt.Tx, ino uint64, n *inode, now int64, out *[]gone) error {
+func (s *Server) dropLink(tx *memTx, ino uint64, n *inode, now int64, out *[]gone) error {
 	if n.isDir() {
 		n.Nlink = 0
 	} else {
@@ -418,7 +416,7 @@ func (s *Server) unlink(c *cred, parent uint64, name []byte, dir bool) error {
 	}
 	now := s.opt.Now().UnixNano()
 	var gs []gone
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *memTx) error {
 		gs = gs[:0] // a grouped commit may run this again
 		dn, err := getDir(tx, parent)
 		if err != nil {
@@ -468,7 +466,7 @@ func (s *Server) unlink(c *cred, parent uint64, name []byte, dir bool) error {
 }
 
 // isAncestor reports whether a is dir or one of its ancestors.
-func isAncestor(tx *bolt.Tx, a, dir uint64) (bool, error) {
+func isAncestor(tx *memTx, a, dir uint64) (bool, error) {
 	for i := 0; ; i++ {
 		if dir == a {
 			return true, nil
@@ -498,7 +496,7 @@ func (s *Server) rename(c *cred, parent uint64, name []byte, newParent uint64, n
 	}
 	now := s.opt.Now().UnixNano()
 	var gs []gone
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *memTx) error {
 		gs = gs[:0] // a grouped commit may run this again
 		src, err := getDir(tx, parent)
 		if err != nil {
@@ -654,7 +652,7 @@ func (s *Server) rename(c *cred, parent uint64, name []byte, newParent uint64, n
 // when ofound: write and search on both directories, the sticky rule on
 // each entry that goes, and write permission on a directory that moves
 // to another parent (its ".." changes).
-func (s *Server) checkRename(c *cred, src, dst, n *inode, ofound bool, oino uint64, tx *bolt.Tx, moved bool, flags uint32) error {
+func (s *Server) checkRename(c *cred, src, dst, n *inode, ofound bool, oino uint64, tx *memTx, moved bool, flags uint32) error {
 	if err := c.mayDelete(src, n); err != nil {
 		return err
 	}
@@ -740,7 +738,7 @@ func (s *Server) release(ino, h uint64) error {
 		return nil
 	}
 	var gs []gone
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *memTx) error {
 		gs = gs[:0] // a grouped commit may run this again
 		if tx.Bucket(bucketOrphans).Get(inoKey(ino)) == nil || s.isOpen(ino) {
 			return nil
@@ -782,7 +780,7 @@ func (s *Server) getXattr(c *cred, ino uint64, name, buf []byte) (n int, err err
 	if e := checkXattrName(name); e != 0 {
 		return 0, e
 	}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *memTx) error {
 		in, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -814,7 +812,7 @@ func (s *Server) setXattr(c *cred, ino uint64, name, value []byte, flags uint32)
 		return syscall.E2BIG
 	}
 	now := s.opt.Now().UnixNano()
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *memTx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -843,7 +841,7 @@ func (s *Server) setXattr(c *cred, ino uint64, name, value []byte, flags uint32)
 // see: not trusted.* unless c is root, and no POSIX ACL (a database from
 // before ACLs were refused may hold some; they no longer apply).
 func (s *Server) listXattr(c *cred, ino uint64, buf []byte) (n int, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *memTx) error {
 		if _, err := getInode(tx, ino); err != nil {
 			return err
 		}
@@ -872,7 +870,7 @@ func (s *Server) removeXattr(c *cred, ino uint64, name []byte) error {
 		return e
 	}
 	now := s.opt.Now().UnixNano()
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *memTx) error {
 		n, err := getInode(tx, ino)
 		if err != nil {
 			return err
@@ -895,7 +893,7 @@ func (s *Server) removeXattr(c *cred, ino uint64, name []byte) error {
 
 // readDir fills buf with the entries after cookie.
 func (s *Server) readDir(c *cred, ino, cookie uint64, buf []byte, plus bool) (n int, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.db.View(func(tx *memTx) error {
 		dn, err := getDir(tx, ino)
 		if err != nil {
 			return err

@@ -645,7 +645,7 @@ func TestStatFSDevices(t *testing.T) {
 	st, err := chunkstore.OpenOrCreate(devs, storeOpts...)
 	require.NoError(t, err)
 	defer st.Close()
-	s, err := Open(st, Options{FSID: 1, ScratchDir: dir})
+	s, err := Open(st, Options{FSID: 1})
 	require.NoError(t, err)
 	defer s.Close()
 
@@ -661,7 +661,7 @@ func TestStatFSDevices(t *testing.T) {
 	assert.Equal(t, uint64(1), got.Files-got.Ffree, "the root is the one inode in use")
 	assert.LessOrEqual(t, got.Ffree, uint64(sf.Bavail)*uint64(sf.Frsize)/statfsInodeBytes)
 
-	capped, err := Open(st, Options{FSID: 2, Capacity: 1 << 20, ScratchDir: dir})
+	capped, err := Open(st, Options{FSID: 2, Capacity: 1 << 20})
 	require.NoError(t, err)
 	defer capped.Close()
 	got = capped.statFS()

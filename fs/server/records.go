@@ -14,10 +14,9 @@ import (
 
 // The namespace's durable home is the chunkstore's records
 // (chunkstore.PutRecords): replicated on every device with the store's
-// own metadata, changed only at checkpoints. The bbolt database the
-// operations run their transactions in is a working copy: a scratch
-// file, unlinked as soon as it is open, committed without fsync, and
-// filled from the records at every Open. Each key a transaction writes
+// own metadata, changed only at checkpoints. The database the
+// operations run their transactions in is a working copy in memory
+// (memdb.go), filled from the records at every Open. Each key a transaction writes
 // or deletes is marked dirty; stage reads the dirty keys' values (absent:
 // deleted) in one view, between writing transactions, and hands them to
 // the store in one PutRecords call, which a checkpoint takes whole. So
@@ -28,7 +27,7 @@ import (
 func recordSpace(fsid uint16) string { return fmt.Sprintf("fs/%04x", fsid) }
 
 // A record's key is its bucket's tag (the bucket's index in allBuckets)
-// followed by the bbolt key.
+// followed by the bucket's key.
 func bucketTag(name []byte) byte {
 	for i, b := range allBuckets {
 		if bytes.Equal(b, name) {
@@ -51,7 +50,7 @@ var (
 
 // put writes key in the bucket tagged tag and marks it dirty. The caller
 // runs a writing transaction (under txMu, or in Open).
-func (s *Server) put(tx *bolt.Tx, tag byte, key, value []byte) error {
+func (s *Server) put(tx *memTx, tag byte, key, value []byte) error {
 	if err := tx.Bucket(allBuckets[tag]).Put(key, value); err != nil {
 		return err
 	}
@@ -60,7 +59,7 @@ func (s *Server) put(tx *bolt.Tx, tag byte, key, value []byte) error {
 }
 
 // del deletes key from the bucket tagged tag and marks it dirty.
-func (s *Server) del(tx *bolt.Tx, tag byte, key []byte) error {
+func (s *Server) del(tx *memTx, tag byte, key []byte) error {
 	if err := tx.Bucket(allBuckets[tag]).Delete(key); err != nil {
 		return err
 	}
@@ -93,8 +92,8 @@ func (s *Server) stageLocked() error {
 		return nil
 	}
 	recs := make([]chunkstore.Record, 0, len(s.metaDirty))
-	err := s.db.View(func(tx *bolt.Tx) error {
-		curs := make([]*bolt.Cursor, len(allBuckets))
+	err := s.db.View(func(tx *memTx) error {
+		curs := make([]*memCursor, len(allBuckets))
 		for k := range s.metaDirty {
 			tag, key := k[0], []byte(k[1:])
 			if curs[tag] == nil {
@@ -119,79 +118,18 @@ func (s *Server) stageLocked() error {
 	return nil
 }
 
-// loadBatch is how many records one transaction of the load writes.
-const loadBatch = 50_000
-
-// openScratch opens the working database: a new file in dir, unlinked
-// at once (it lives as long as the Server holds it open and leaves
-// nothing behind), with fsync off: the records are what is durable.
-func openScratch(dir string) (*bolt.DB, error) {
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	f, err := os.CreateTemp(dir, "capsule-fs-*.db")
-	if err != nil {
-		return nil, fmt.Errorf("fs/server: the working database: %w", err)
-	}
-	path := f.Name()
-	f.Close()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true, NoGrowSync: true, NoFreelistSync: true,
-		FreelistType: bolt.FreelistMapType})
-	os.Remove(path)
-	if err != nil {
-		return nil, fmt.Errorf("fs/server: the working database: %w", err)
-	}
-	db.NoSync = true
-	return db, nil
-}
-
 // load fills the working database from the store's records and reports
 // whether there were any.
 func (s *Server) load() (found bool, err error) {
-	if err := s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
+	err = s.db.Update(func(tx *memTx) error {
+		return s.store.Records(s.space, func(k, v []byte) error {
+			if len(k) < 2 || int(k[0]) >= len(allBuckets) {
+				return fmt.Errorf("fs/server: record %x of %s names no bucket: %w", k, s.space, chunkstore.ErrCorrupt)
 			}
-		}
-		return nil
-	}); err != nil {
-		return false, err
-	}
-	var tx *bolt.Tx
-	defer func() {
-		if tx != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	n := 0
-	err = s.store.Records(s.space, func(k, v []byte) error {
-		if len(k) < 2 || int(k[0]) >= len(allBuckets) {
-			return fmt.Errorf("fs/server: record %x of %s names no bucket: %w", k, s.space, chunkstore.ErrCorrupt)
-		}
-		if tx == nil {
-			var err error
-			if tx, err = s.db.Begin(true); err != nil {
-				return err
-			}
-		}
-		b := tx.Bucket(allBuckets[k[0]])
-		b.FillPercent = 0.9 // records come in key order
-		if err := b.Put(append([]byte(nil), k[1:]...), append([]byte{}, v...)); err != nil {
-			return err
-		}
-		found = true
-		if n++; n%loadBatch == 0 {
-			err := tx.Commit()
-			tx = nil
-			return err
-		}
-		return nil
+			found = true
+			return tx.Bucket(allBuckets[k[0]]).Put(k[1:], v)
+		})
 	})
-	if err == nil && tx != nil {
-		err = tx.Commit()
-		tx = nil
-	}
 	return found, err
 }
 
@@ -209,7 +147,7 @@ func (s *Server) importLegacy(path string) (bool, error) {
 	}
 	defer old.Close()
 	err = old.View(func(otx *bolt.Tx) error {
-		return s.db.Update(func(tx *bolt.Tx) error {
+		return s.db.Update(func(tx *memTx) error {
 			for i, name := range allBuckets {
 				ob := otx.Bucket(name)
 				if ob == nil {

@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/fs/internal/proto"
 	"github.com/capsule-storage/capsule/nvmeof"
@@ -63,10 +61,6 @@ type Options struct {
 	// of this FSID yet and the file exists, Open copies it into the
 	// store's records, syncs, and renames it to Import+".imported".
 	Import string
-	// ScratchDir is where the working database is made (os.TempDir()
-	// when empty): a file unlinked as soon as it is open, about as large
-	// as the namespace's metadata.
-	ScratchDir string
 	// CacheBytes bounds the memory of the inode cache (icache.go):
 	// DefaultCacheBytes when zero; -1 turns the cache off, so that every
 	// operation reads its inode from the database.
@@ -78,11 +72,11 @@ type Options struct {
 const DefaultSyncInterval = 5 * time.Second
 
 // Server is a file namespace: metadata in the chunkstore's records,
-// worked on in a bbolt database, file data in the chunkstore's chunks.
+// worked on in memory (memdb.go), file data in the chunkstore's chunks.
 // It implements target.VendorHandler. Its methods are safe for
 // concurrent use.
 type Server struct {
-	db    *bolt.DB // the working database (records.go)
+	db    *memDB // the working database (memdb.go)
 	store *chunkstore.Store
 	space string // the store's record space of this FSID
 	opt   Options
@@ -92,7 +86,7 @@ type Server struct {
 	// dataLocks serialize the data operations of one inode (write,
 	// truncate, punch, the deletion of its chunks) and let reads run
 	// together; indexed by ino modulo their number. Taken before any
-	// bbolt transaction, never two at once.
+	// transaction, never two at once.
 	dataLocks [256]sync.RWMutex
 
 	// hmu guards handles, open, grants and nextHandle.
@@ -169,10 +163,7 @@ func Open(store *chunkstore.Store, opt Options) (*Server, error) {
 	if opt.CacheBytes == 0 {
 		opt.CacheBytes = DefaultCacheBytes
 	}
-	db, err := openScratch(opt.ScratchDir)
-	if err != nil {
-		return nil, err
-	}
+	db := newMemDB()
 	s := &Server{db: db, store: store, space: recordSpace(opt.FSID), metaDirty: map[string]struct{}{},
 		opt: opt, log: opt.Logger, bs: int64(opt.BlockSize),
 		handles: map[uint64]handle{}, open: map[uint64]int{}, grants: map[grant]int{},
@@ -216,7 +207,7 @@ func Open(store *chunkstore.Store, opt Options) (*Server, error) {
 // init checks the format and FSID of a namespace, or makes the root
 // directory of a new one.
 func (s *Server) init() error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.db.Update(func(tx *memTx) error {
 		sb := tx.Bucket(bucketSuper)
 		var fsid [2]byte
 		binary.LittleEndian.PutUint16(fsid[:], s.opt.FSID)
@@ -345,7 +336,7 @@ func (s *Server) parseChunkID(id chunkstore.ChunkID) (ino uint64, block int64, o
 // the file). It then recounts each file's chunks and the space in use.
 func (s *Server) recover() error {
 	var orphans [][]byte
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *memTx) error {
 		c := tx.Bucket(bucketOrphans).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			orphans = append(orphans, append([]byte(nil), k...))
@@ -371,7 +362,7 @@ func (s *Server) recover() error {
 			continue
 		}
 		keep := false
-		_ = s.db.View(func(tx *bolt.Tx) error {
+		_ = s.db.View(func(tx *memTx) error {
 			var n inode
 			if v := tx.Bucket(bucketInodes).Get(inoKey(ino)); v != nil && n.unmarshal(v) == nil {
 				keep = n.isReg() && !n.inline() && block*s.bs < int64(n.Size)
@@ -388,7 +379,7 @@ func (s *Server) recover() error {
 		deleted++
 	}
 	var used, inodes int64
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx *memTx) error {
 		b := tx.Bucket(bucketInodes)
 		type fix struct {
 			k []byte
@@ -438,7 +429,7 @@ func (s *Server) recover() error {
 // deleteInodeRecords removes an inode and what hangs off it in the
 // database: inline data or symlink target, xattrs. Its chunks are
 // deleted by the caller after the commit (or by the next sweep).
-func (s *Server) deleteInodeRecords(tx *bolt.Tx, ino uint64) error {
+func (s *Server) deleteInodeRecords(tx *memTx, ino uint64) error {
 	if err := s.del(tx, tagInodes, inoKey(ino)); err != nil {
 		return err
 	}

@@ -399,7 +399,7 @@ func TestImportLegacy(t *testing.T) {
 	legacy := filepath.Join(t.TempDir(), "fs-files.db")
 	old, err := bolt.Open(legacy, 0o600, nil)
 	require.NoError(t, err)
-	require.NoError(t, src.db.View(func(stx *bolt.Tx) error {
+	require.NoError(t, src.db.View(func(stx *memTx) error {
 		return old.Update(func(tx *bolt.Tx) error {
 			for _, name := range allBuckets {
 				b, err := tx.CreateBucket(name)

@@ -3,8 +3,6 @@ package server
 import (
 	"encoding/binary"
 
-	bolt "go.etcd.io/bbolt"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/capsule-storage/capsule/fs/internal/proto"
@@ -106,7 +104,7 @@ func (s *Server) statFS() proto.StatFS {
 
 	inodes := uint64(max(s.inodes.Load(), 0))
 	var next uint64
-	_ = s.db.View(func(tx *bolt.Tx) error {
+	_ = s.db.View(func(tx *memTx) error {
 		if v := tx.Bucket(bucketSuper).Get(keyNextIno); len(v) == 8 {
 			next = binary.BigEndian.Uint64(v)
 		}

@@ -55,7 +55,7 @@ func newFixture(t *testing.T) *fixture {
 	store, err := chunkstore.OpenOrCreateDirs(chunkstore.DeviceDirs(dir, chunkstore.DefaultGeometry),
 		chunkstore.WithLogger(log))
 	require.NoError(t, err)
-	fsrv, err := server.Open(store, server.Options{ScratchDir: dir})
+	fsrv, err := server.Open(store, server.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		fsrv.Close()

@@ -88,9 +88,6 @@ func start(t testing.TB, dir, url string, opt server.Options) *Target {
 		// The tests' client runs as this process: let it own the root.
 		opt.RootUID, opt.RootGID = uint32(os.Getuid()), uint32(os.Getgid())
 	}
-	if opt.ScratchDir == "" {
-		opt.ScratchDir = dir
-	}
 	srv, err := server.Open(store, opt)
 	require.NoError(t, err)
 	opts := []target.Option{target.WithLogger(Logger(t))}
