@@ -157,6 +157,73 @@ func (s *Store) PutChunk(id ChunkID, data []byte, flags WriteFlags) error {
 	return nil
 }
 
+// WriteChunkAt writes p into the chunk id at off, making the chunk (of
+// off+len(p) bytes, zeros before off) when there is none, and reports
+// whether it did. Unlike PutChunk it writes only p's sectors (a partly
+// written sector is read and merged), so a small write into a large
+// chunk costs its own size; the chunk grows to off+len(p) when that is
+// past its end, and bytes between the old end and off read as zeros.
+//
+// It is not atomic: after a crash the chunk may hold some of p's
+// sectors and not others (as a volume does), and a growth is durable
+// only with the checkpoint that takes the new length (a Sync after a
+// growth is one), so bytes written past the old end may be lost with
+// it. With FUA it is durable on return.
+func (s *Store) WriteChunkAt(id ChunkID, p []byte, off int64, flags WriteFlags) (created bool, err error) {
+	if err := s.checkOpen(); err != nil {
+		return false, err
+	}
+	end := off + int64(len(p))
+	if off < 0 || end < off || end > MaxChunkSize {
+		return false, fmt.Errorf("%w: write of %d bytes at %d into a chunk (at most %d bytes)", ErrInvalidArgument, len(p), off, MaxChunkSize)
+	}
+	s.throttle()
+	l := s.chunks.lock(id)
+	l.Lock()
+	defer l.Unlock()
+	r := s.chunks.get(id)
+	if r == nil {
+		owner := s.owner.Add(1) - 1
+		s.lmu.Lock()
+		s.owners[owner] = newOwnerMap()
+		s.lmu.Unlock()
+		r = &chunkRecord{Owner: owner}
+		created = true
+	}
+	// The sector that held the old end may hold bytes past it (a write
+	// whose growth a crash undid): zero them before they come inside.
+	if tail := r.Length % SectorSize; off > r.Length && tail != 0 {
+		zend := min(off, r.Length-tail+SectorSize)
+		if err := s.writeBytes(r.Owner, &s.chunkSectors, make([]byte, zend-r.Length), r.Length, false); err != nil {
+			return false, s.abandonChunk(created, r, err)
+		}
+	}
+	if err := s.writeBytes(r.Owner, &s.chunkSectors, p, off, false); err != nil {
+		return false, s.abandonChunk(created, r, err)
+	}
+	if created || end > r.Length {
+		s.chunks.swap(id, &chunkRecord{Owner: r.Owner, Length: max(r.Length, end)})
+		s.lmu.Lock()
+		s.ckptNeeded = true
+		s.lmu.Unlock()
+	}
+	if flags&FUA != 0 {
+		return created, s.commit()
+	}
+	return created, nil
+}
+
+// abandonChunk drops the owner of a chunk WriteChunkAt was making when
+// the write failed, and returns err.
+func (s *Store) abandonChunk(created bool, r *chunkRecord, err error) error {
+	if created {
+		s.lmu.Lock()
+		s.dropOwnerLocked(r.Owner)
+		s.lmu.Unlock()
+	}
+	return err
+}
+
 // maxChunkAppend is the most bytes of a chunk appended under lmu at once,
 // so that readers and other writers get their turn.
 const maxChunkAppend = 1 << 20

@@ -138,6 +138,9 @@ type Store struct {
 	volByOwner map[uint64]*Volume
 
 	chunks chunkTable
+	// chunkSectors serialise the merges of partly written sectors of
+	// chunks (WriteChunkAt, under its chunk's lock too), by sector.
+	chunkSectors [stripeLocks]sync.Mutex
 	repair repairQueue
 	stats  counters
 	bufs   bufferPool
