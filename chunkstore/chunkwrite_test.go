@@ -2,10 +2,13 @@ package chunkstore
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"testing"
+	"time"
 
+	"github.com/capsule-storage/capsule/chunkstore/vfs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -90,4 +93,47 @@ func TestWriteChunkAtStaleTail(t *testing.T) {
 	require.NoError(t, err)
 	want := append(append(bytes.Repeat([]byte("a"), 100), make([]byte, 150)...), 'c')
 	require.Equal(t, want, readWhole(t, s, id), "the bytes between the old end and the write are zeros")
+}
+
+// TestWritesFailWhenCheckpointsFail: when no checkpoint can complete
+// (every device fails the probe before its replica is written, while
+// stripe writes still work), the log runs out of reserved room; small
+// writes that wait for that room fail with the checkpoint's error
+// instead of waiting for ever.
+func TestWritesFailWhenCheckpointsFail(t *testing.T) {
+	td := newTestDevices(t, 3)
+	opts := testOpts(Geometry{Data: 2, Parity: 1}, 4096, WithAutoCommit(1))
+	s := mustCreate(t, td, opts...)
+	defer s.Close()
+	for _, inj := range td.inj {
+		inj.Inject(vfs.Rule{Ops: []vfs.Op{vfs.OpStat}, Path: identityFile})
+	}
+	// Aligned writes read nothing, so a writer meets the failure only
+	// through the checkpoint it waits for; several of them are waiting
+	// when it fails.
+	const writers = 4
+	p := bytes.Repeat([]byte("stuck? "), 8192/7+1)[:8192]
+	done := make(chan error, writers)
+	for range writers {
+		go func() {
+			id := NewChunkID()
+			for i := range 1 << 20 {
+				if _, err := s.WriteChunkAt(id, p, int64(i%64)*int64(len(p)), 0); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range writers {
+		select {
+		case err := <-done:
+			t.Log(err)
+			require.Error(t, err, "writes to a store that cannot checkpoint go on failing nothing")
+			require.True(t, errors.Is(err, vfs.ErrInjected) || errors.Is(err, ErrTooManyFailures), "failed for another reason: %v", err)
+		case <-time.After(time.Minute):
+			t.Fatal("writes waiting for log room hang when checkpoints fail")
+		}
+	}
 }

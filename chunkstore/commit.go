@@ -129,6 +129,17 @@ func (s *Store) commitLocked(extra func(*batch)) error {
 	s.punchWanted = false
 	s.lmu.Unlock()
 	trim, err := s.checkpointLocked(extra)
+	s.lmu.Lock()
+	if err != nil {
+		// Writers waiting for log room (openLocked) fail with it rather
+		// than wait on a checkpoint that may never complete.
+		s.ckptErr = err
+		s.ckptFails++
+		s.lcond.Broadcast()
+	} else {
+		s.ckptErr = nil
+	}
+	s.lmu.Unlock()
 	if trim || punch {
 		// Even after a failed checkpoint: what is free is free since the
 		// last one that completed, and a full file system (a stripe that

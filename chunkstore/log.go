@@ -110,6 +110,7 @@ func (s *Store) mapUpdateLocked(m *ownerMap, lba uint64, n int, set bool, slot u
 // writers or a checkpoint when needed. lmu is held (and released while
 // waiting).
 func (s *Store) openLocked(cleaner bool) error {
+	fails := s.ckptFails
 	for {
 		if s.closed.Load() {
 			return ErrClosed
@@ -135,7 +136,11 @@ func (s *Store) openLocked(cleaner bool) error {
 		}
 		if s.pops >= s.resvLimit || len(s.resv) == 0 {
 			// Every slot the last checkpoint reserved is used: a stripe
-			// in another slot could not be found after a crash.
+			// in another slot could not be found after a crash. A
+			// checkpoint that failed since this writer came fails it.
+			if s.ckptFails != fails {
+				return fmt.Errorf("chunkstore: no room in the log without a checkpoint: %w", s.ckptErr)
+			}
 			s.kickCommit()
 			s.lcond.Wait()
 			continue

@@ -164,6 +164,8 @@ type Store struct {
 	resvHead    int      // how many of them the log may use while the next checkpoint is written
 	pops        uint64   // slots taken from the reservation since Open
 	resvLimit   uint64   // pops the last committed reservation covers
+	ckptErr     error    // the last checkpoint's failure, nil after one completes
+	ckptFails   uint64   // checkpoints failed, for writers waiting for room
 	dirtySlots  map[uint64]struct{}
 	unsynced    []uint64 // slots written since the last fsync of every device
 	liveTotal   int64    // sectors the maps point at
