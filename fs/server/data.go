@@ -130,6 +130,28 @@ func (s *Server) putBlock(ino uint64, b int64, data []byte, added *int64) error 
 	return nil
 }
 
+// writeBlock writes part at lo into block b of ino, counting a chunk
+// that is new. Only the written bytes go to the store (the chunk's
+// sectors that part covers, the partial ones merged there). A block wholly
+// past the file's old end (beyond) holds nothing of the file, so a chunk
+// found there is one a crash left before its size was synced: it goes
+// first, or its stale bytes would show in front of part.
+func (s *Server) writeBlock(ino uint64, b int64, part []byte, lo int64, beyond bool, added *int64) error {
+	s.dirty.Store(true)
+	id := s.chunkID(ino, b)
+	_, existed := s.chunkExists(ino, b)
+	if existed && beyond && lo > 0 {
+		if err := s.store.DeleteChunk(id, 0); err != nil && !errors.Is(err, chunkstore.ErrNotFound) {
+			return err
+		}
+	}
+	created, err := s.store.WriteChunkAt(id, part, lo, 0)
+	if created && !existed {
+		*added++
+	}
+	return err
+}
+
 // trimTail cuts the block holding the end of a file of size bytes back to
 // it, so that bytes a crash or a shrink left past the end never show when
 // the file grows.
@@ -262,19 +284,7 @@ func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bo
 		bstart := b * s.bs
 		lo := max(off, bstart) - bstart
 		hi := min(end, bstart+s.bs) - bstart
-		part := data[bstart+lo-off : bstart+hi-off]
-		valid := min(max(size-bstart, 0), s.bs) // bytes of the block inside the file
-		var block []byte
-		if lo == 0 && hi >= valid {
-			block = part
-		} else {
-			block = make([]byte, max(valid, hi))
-			if err := s.readBlock(ino, b, block[:min(valid, int64(len(block)))], 0); err != nil {
-				return 0, err
-			}
-			copy(block[lo:], part)
-		}
-		if err := s.putBlock(ino, b, block, &added); err != nil {
+		if err := s.writeBlock(ino, b, data[bstart+lo-off:bstart+hi-off], lo, bstart >= size, &added); err != nil {
 			s.used.Add(added * s.bs)
 			s.commitChunks(ino, added, size, now, kill)
 			return 0, err
@@ -733,7 +743,7 @@ func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) 
 			return s.putInode(tx, ino, m)
 		})
 	}
-	var dropped, added int64
+	var dropped int64
 	for b := off / s.bs; b*s.bs < end; b++ {
 		bstart := b * s.bs
 		lo, hi := max(off, bstart)-bstart, min(end, bstart+s.bs)-bstart
@@ -751,12 +761,8 @@ func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) 
 		if lo >= clen {
 			continue
 		}
-		buf := make([]byte, clen)
-		if err := s.readBlock(ino, b, buf, 0); err != nil {
-			return err
-		}
-		clear(buf[lo:min(hi, clen)])
-		if err := s.putBlock(ino, b, buf, &added); err != nil {
+		s.dirty.Store(true)
+		if _, err := s.store.WriteChunkAt(s.chunkID(ino, b), make([]byte, min(hi, clen)-lo), lo, 0); err != nil {
 			return err
 		}
 	}

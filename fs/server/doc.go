@@ -37,8 +37,12 @@
 // (BlockSize bytes, 256 KiB by default: one full stripe of the default
 // 4+2 geometry with 64 KiB units) is the chunk whose ID spells a magic,
 // the FSID, i and b. A block never written has no chunk (sparse files:
-// holes cost nothing, offsets go far beyond 4 GiB); PutChunk replaces a
-// block atomically.
+// holes cost nothing, offsets go far beyond 4 GiB). A write goes to the
+// chunk by extent (chunkstore.WriteChunkAt): only the bytes written, in
+// the store's log, so an 8 KiB append costs 8 KiB plus parity, not a
+// block. A block wholly past a file's old end drops any chunk a crash
+// left there first, and a file that grows first cuts the block holding
+// its old end back to it, so bytes never synced never show inside it.
 //
 // # Small files
 //
@@ -91,8 +95,8 @@
 // sync stages (records.go) every key changed since the last one with its
 // current value, read between two writing transactions, in one
 // PutRecords call, and syncs the store, whose checkpoint takes the call
-// whole. File data follows the chunkstore's rule: a PutChunk is durable
-// at the next Sync, and after a crash each chunk is as of its last Sync.
+// whole. File data follows the chunkstore's rule: a write is durable at
+// the next Sync, and after a crash each chunk is as of its last Sync.
 // The promises, and why they hold:
 //
 //   - After a crash the namespace is one that existed at or after the
@@ -286,8 +290,8 @@
 // # Sharp edges
 //
 //   - atime changes only by SETATTR (like noatime): a read writes nothing.
-//   - A small write into a chunked file rewrites its whole block (read,
-//     merge, PutChunk): scattered small writes cost a block each.
+//   - A write not aligned to the store's 4 KiB sectors reads and merges
+//     its first and last sectors in the store (WriteChunkAt).
 //   - The working database holds the whole namespace in memory, inline
 //     files' data included: some 300 bytes per file plus its inline
 //     bytes (a million small files of 2 KiB take about 2.3 GB). Open
