@@ -375,3 +375,41 @@ func TestPOSIXTimestamps(t *testing.T) {
 	assert.Equal(t, old, st.Mtim, "UTIME_OMIT keeps mtime")
 	assert.Greater(t, st.Atim.Sec, old.Sec, "UTIME_NOW sets atime")
 }
+
+// TestPOSIXWriteDropsCaps: file capabilities (setcap's
+// security.capability) go at a write, even root's, and at a truncate,
+// as on a local file system: the mount leaves this to the target
+// (HANDLE_KILLPRIV_V2), so the kernel asks for no xattr before a write.
+func TestPOSIXWriteDropsCaps(t *testing.T) {
+	m, _ := posixMount(t)
+	// struct vfs_cap_data, revision 2: CAP_NET_BIND_SERVICE permitted.
+	caps := []byte{0, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	for _, c := range []struct {
+		name string
+		do   func(p string) error
+	}{
+		{"write", func(p string) error {
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			if _, err := f.WriteAt([]byte("more"), 1); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		}},
+		{"truncate", func(p string) error { return os.Truncate(p, 2) }},
+	} {
+		p := m.path(c.name)
+		require.NoError(t, os.WriteFile(p, []byte("x"), 0o755))
+		require.NoError(t, unix.Setxattr(p, "security.capability", caps, 0), c.name)
+		buf := make([]byte, 64)
+		n, err := unix.Getxattr(p, "security.capability", buf)
+		require.NoError(t, err)
+		require.Equal(t, caps, buf[:n])
+		require.NoError(t, c.do(p), c.name)
+		_, err = unix.Getxattr(p, "security.capability", buf)
+		require.ErrorIs(t, err, unix.ENODATA, "%s drops the capabilities", c.name)
+	}
+}

@@ -7,6 +7,9 @@
 //	    nbdcopy and nbdinfo drive capsule's NVMe-oF path (nbd.go).
 //
 // Both run in the foreground until SIGINT or SIGTERM.
+//
+// CAPSULE_CPUPROFILE=FILE in the environment writes a CPU profile of the
+// whole run to FILE (runtime/pprof), for `go tool pprof`.
 package main
 
 import (
@@ -15,6 +18,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -93,8 +97,15 @@ func newApp() *cli.App {
 // the error in one line on stderr.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if path := os.Getenv("CAPSULE_CPUPROFILE"); path != "" {
+		// Written out by StopCPUProfile below; the file closes at exit.
+		if f, err := os.Create(path); err == nil {
+			_ = pprof.StartCPUProfile(f)
+		}
+	}
 	code := cliexit.Run(ctx, newApp(), os.Args)
 	stop()
+	pprof.StopCPUProfile()
 	os.Exit(code)
 }
 

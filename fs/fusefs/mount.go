@@ -100,8 +100,12 @@ func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 			Name:          "capsule",
 			DisableSplice: !o.Splice,
 			EnableLocks:   true,
-			Debug:         o.Debug,
-			Logger:        o.Logger,
+			// The server drops set-ID bits and capabilities on write,
+			// truncate and chown: the kernel need not GETXATTR
+			// security.capability before every write to find out.
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+			Debug:             o.Debug,
+			Logger:            o.Logger,
 		},
 		AttrTimeout: &attr,
 		// No EntryTimeout: every entry gets its own (newChild).

@@ -237,6 +237,9 @@ func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bo
 			if kill {
 				killPriv(n)
 			}
+			if err := s.dropCaps(tx, ino, n); err != nil {
+				return err
+			}
 			if err := s.putData(tx, ino, buf); err != nil {
 				return err
 			}
@@ -311,6 +314,9 @@ func (s *Server) commitChunks(ino uint64, added, newSize, now int64, kill bool) 
 		n.Mtime, n.Ctime = now, now
 		if kill {
 			killPriv(n)
+		}
+		if err := s.dropCaps(tx, ino, n); err != nil {
+			return err
 		}
 		return s.putInode(tx, ino, n)
 	})
@@ -505,7 +511,8 @@ func (s *Server) checkSetAttr(c *cred, ino uint64, n *inode, in *proto.SetAttr) 
 // setAttr applies a SetAttr record for c. Every change sets ctime; a
 // size change (even to the same size) sets mtime unless in sets it, and
 // a truncate by anyone but root and any chown drop the set-ID bits of a
-// regular file (unless in sets the mode too, which wins).
+// regular file (unless in sets the mode too, which wins); a truncate or
+// chown by anyone drops its capabilities (dropCaps).
 func (s *Server) setAttr(c *cred, ino uint64, in *proto.SetAttr) (a proto.Attr, err error) {
 	now := s.opt.Now().UnixNano()
 	if in.Valid&proto.SetSize != 0 {
@@ -553,6 +560,11 @@ func (s *Server) setAttr(c *cred, ino uint64, in *proto.SetAttr) (a proto.Attr, 
 		}
 		if in.Valid&(proto.SetUID|proto.SetGID) != 0 || in.Valid&proto.SetSize != 0 && !c.root() {
 			killPriv(n)
+		}
+		if in.Valid&(proto.SetUID|proto.SetGID|proto.SetSize) != 0 {
+			if err := s.dropCaps(tx, ino, n); err != nil {
+				return err
+			}
 		}
 		if in.Valid&proto.SetMode != 0 {
 			mode := in.Mode & 0o7777

@@ -118,6 +118,24 @@ func killPriv(n *inode) bool {
 	return changed
 }
 
+// xattrCaps holds a file's capabilities (setcap(8)).
+var xattrCaps = []byte("security.capability")
+
+// dropCaps deletes a regular file's capabilities, as Linux does on a
+// write, a truncate and a chown by anyone: the mount leaves this, and the
+// set-ID bits, to the server (HANDLE_KILLPRIV_V2), which spares the
+// kernel's GETXATTR of security.capability before every write.
+func (s *Server) dropCaps(tx *memTx, ino uint64, n *inode) error {
+	if !n.isReg() {
+		return nil
+	}
+	k := xattrKey(ino, xattrCaps)
+	if tx.Bucket(bucketXattrs).Get(k) == nil {
+		return nil
+	}
+	return s.del(tx, tagXattrs, k)
+}
+
 // xattr namespaces and what they ask of a caller.
 var (
 	xattrUser    = []byte("user.")

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -684,4 +685,55 @@ func mustCreate(t *testing.T, s *Server, n string) uint64 {
 	a, err := s.mknod(rootCred, root, []byte(n), syscall.S_IFREG|0o644, 0, 0, 0)
 	require.NoError(t, err)
 	return a.Ino
+}
+
+// TestWriteDropsCaps: a write (inline or into chunks), a truncate and a
+// chown drop a regular file's security.capability, whoever makes them, as
+// Linux does; a chmod and a setxattr do not. The mount leaves this to the
+// server (HANDLE_KILLPRIV_V2).
+func TestWriteDropsCaps(t *testing.T) {
+	s := newServer(t, testOptions())
+	caps := []byte("security.capability")
+	big := bytes.Repeat([]byte("c"), 3*int(s.bs)/2)
+	for _, c := range []struct {
+		name  string
+		do    func(ino uint64) error
+		drops bool
+	}{
+		{"inline write", func(ino uint64) error { _, err := s.write(rootCred, ino, 0, []byte("abc"), false); return err }, true},
+		{"chunked write", func(ino uint64) error { _, err := s.write(rootCred, ino, 0, big, false); return err }, true},
+		{"truncate", func(ino uint64) error {
+			_, err := s.setAttr(rootCred, ino, &proto.SetAttr{Valid: proto.SetSize, Size: 7})
+			return err
+		}, true},
+		{"chown", func(ino uint64) error {
+			_, err := s.setAttr(rootCred, ino, &proto.SetAttr{Valid: proto.SetUID, UID: 9})
+			return err
+		}, true},
+		{"chmod", func(ino uint64) error {
+			_, err := s.setAttr(rootCred, ino, &proto.SetAttr{Valid: proto.SetMode, Mode: 0o755})
+			return err
+		}, false},
+		{"setxattr", func(ino uint64) error { return s.setXattr(rootCred, ino, []byte("user.x"), []byte("v"), 0) }, false},
+	} {
+		f, h, err := s.create(rootCred, root, []byte(c.name), 0o644, 0, 0, syscall.O_CREAT|syscall.O_RDWR)
+		require.NoError(t, err)
+		defer s.release(f.Ino, h)
+		require.NoError(t, s.setXattr(rootCred, f.Ino, caps, []byte("caps"), 0))
+		require.NoError(t, c.do(f.Ino), c.name)
+		_, err = s.getXattr(rootCred, f.Ino, caps, make([]byte, 64))
+		if c.drops {
+			requireErrno(t, syscall.ENODATA, err)
+		} else {
+			require.NoError(t, err, "%s keeps the capabilities", c.name)
+		}
+	}
+	// A directory's security.capability (meaningless, but allowed) stays.
+	d, err := s.mkdir(rootCred, root, []byte("d"), 0o755, 0, 0)
+	require.NoError(t, err)
+	require.NoError(t, s.setXattr(rootCred, d.Ino, caps, []byte("caps"), 0))
+	_, err = s.setAttr(rootCred, d.Ino, &proto.SetAttr{Valid: proto.SetUID, UID: 9})
+	require.NoError(t, err)
+	_, err = s.getXattr(rootCred, d.Ino, caps, make([]byte, 64))
+	require.NoError(t, err)
 }
