@@ -194,11 +194,11 @@ func (s *Store) WriteChunkAt(id ChunkID, p []byte, off int64, flags WriteFlags) 
 	// whose growth a crash undid): zero them before they come inside.
 	if tail := r.Length % SectorSize; off > r.Length && tail != 0 {
 		zend := min(off, r.Length-tail+SectorSize)
-		if err := s.writeBytes(r.Owner, &s.chunkSectors, make([]byte, zend-r.Length), r.Length, false); err != nil {
+		if err := s.writeBytes(r.Owner, nil, make([]byte, zend-r.Length), r.Length, false); err != nil {
 			return false, s.abandonChunk(created, r, err)
 		}
 	}
-	if err := s.writeBytes(r.Owner, &s.chunkSectors, p, off, false); err != nil {
+	if err := s.writeBytes(r.Owner, nil, p, off, false); err != nil {
 		return false, s.abandonChunk(created, r, err)
 	}
 	if created || end > r.Length {

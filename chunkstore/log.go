@@ -677,7 +677,8 @@ func (s *Store) readBytes(owner uint64, p []byte, off int64) error {
 // writeBytes writes p at byte offset off of owner, for any alignment, and
 // with fua waits until it is durable. A sector only partly written is
 // read, merged and written whole, under its lock in locks, so that two
-// such writes do not lose each other's bytes.
+// such writes do not lose each other's bytes; nil locks when the caller
+// serialises the owner's writes itself (a chunk's lock).
 func (s *Store) writeBytes(owner uint64, locks *[stripeLocks]sync.Mutex, p []byte, off int64, fua bool) error {
 	var seq uint64
 	for done := 0; done < len(p); {
@@ -694,8 +695,11 @@ func (s *Store) writeBytes(owner uint64, locks *[stripeLocks]sync.Mutex, p []byt
 			done += n * SectorSize
 			continue
 		}
-		l := &locks[uint64(sec)%stripeLocks]
-		l.Lock()
+		var l *sync.Mutex
+		if locks != nil {
+			l = &locks[uint64(sec)%stripeLocks]
+			l.Lock()
+		}
 		var tmp [SectorSize]byte
 		err := s.readSectors(owner, uint64(sec), tmp[:])
 		c := 0
@@ -705,7 +709,9 @@ func (s *Store) writeBytes(owner uint64, locks *[stripeLocks]sync.Mutex, p []byt
 			q, err = s.appendSectors(owner, uint64(sec), tmp[:])
 			seq = max(seq, q)
 		}
-		l.Unlock()
+		if l != nil {
+			l.Unlock()
+		}
 		if err != nil {
 			return err
 		}

@@ -138,12 +138,9 @@ type Store struct {
 	volByOwner map[uint64]*Volume
 
 	chunks chunkTable
-	// chunkSectors serialise the merges of partly written sectors of
-	// chunks (WriteChunkAt, under its chunk's lock too), by sector.
-	chunkSectors [stripeLocks]sync.Mutex
-	repair       repairQueue
-	stats        counters
-	bufs         bufferPool
+	repair repairQueue
+	stats  counters
+	bufs   bufferPool
 
 	// lmu guards the log (log.go): the open stripe, the stripes being
 	// written, the slot table, every owner's map, the reservation and the

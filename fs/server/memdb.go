@@ -116,12 +116,17 @@ func (tx *memTx) OnCommit(f func()) { tx.onCommit = append(tx.onCommit, f) }
 func (tx *memTx) Bucket(name []byte) *memBucket {
 	for i, b := range allBuckets {
 		if bytes.Equal(b, name) {
-			bk := &tx.buckets[i]
-			bk.tx, bk.i = tx, i
-			return bk
+			return tx.bucketAt(i)
 		}
 	}
 	return nil
+}
+
+// bucketAt returns allBuckets[i], found by its tag.
+func (tx *memTx) bucketAt(i int) *memBucket {
+	bk := &tx.buckets[i]
+	bk.tx, bk.i = tx, i
+	return bk
 }
 
 // tree returns bucket i's tree for reading (the transaction's copy, when

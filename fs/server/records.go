@@ -51,7 +51,7 @@ var (
 // put writes key in the bucket tagged tag and marks it dirty. The caller
 // runs a writing transaction (under txMu, or in Open).
 func (s *Server) put(tx *memTx, tag byte, key, value []byte) error {
-	if err := tx.Bucket(allBuckets[tag]).Put(key, value); err != nil {
+	if err := tx.bucketAt(int(tag)).Put(key, value); err != nil {
 		return err
 	}
 	s.mark(tag, key)
@@ -60,7 +60,7 @@ func (s *Server) put(tx *memTx, tag byte, key, value []byte) error {
 
 // del deletes key from the bucket tagged tag and marks it dirty.
 func (s *Server) del(tx *memTx, tag byte, key []byte) error {
-	if err := tx.Bucket(allBuckets[tag]).Delete(key); err != nil {
+	if err := tx.bucketAt(int(tag)).Delete(key); err != nil {
 		return err
 	}
 	s.mark(tag, key)
