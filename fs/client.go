@@ -56,6 +56,10 @@ type Client struct {
 	// self is the process's own credential, which operations run for
 	// when their context names none (WithCred).
 	self *Credential
+
+	// handles are the open handles, reopened after a reconnect
+	// (reclaim.go).
+	handles handleTable
 }
 
 // Credential is a Cred made ready to send (its record and ID), for a
@@ -267,6 +271,7 @@ type call struct {
 	noErrno  bool // DW0 is not checked (the caller wants it)
 	dw0      uint32
 	attempts int
+	reclaim  bool // a reclaim's OPEN (reclaim.go): no reclaim before it
 }
 
 // do runs c on the target and turns its outcome into an errno.
@@ -307,6 +312,11 @@ func (c *Client) do(ctx context.Context, k *call) error {
 		ctrl, err := c.controller(ctx)
 		if err != nil {
 			return err
+		}
+		if !k.reclaim && k.op != proto.OpCred {
+			// A CRED depends on no handle, and a reclaim's OPEN sends
+			// one when the restarted server asks (ENOKEY).
+			c.settle(ctx, ctrl)
 		}
 		p.Cmd.NSID = c.lim.Load().nsid
 		switch k.op.Direction() {
@@ -499,7 +509,9 @@ func (c *Client) Create(ctx context.Context, parent Ino, name string, mode, uid,
 	if err != nil || k.n != proto.CreateReplyLen {
 		return Attr{}, 0, fmt.Errorf("capfs: CREATE: malformed reply: %w", syscall.EIO)
 	}
-	return a, Handle(le64(buf[proto.AttrSize:])), nil
+	h := Handle(le64(buf[proto.AttrSize:]))
+	c.handles.opened(h, a.Ino, flags, c.credOf(ctx))
+	return a, h, nil
 }
 
 // Symlink makes a symbolic link to target.
@@ -583,7 +595,9 @@ func (c *Client) OpenAttr(ctx context.Context, ino Ino, flags int) (Handle, Attr
 	if k.n != proto.OpenReplyLen || a.Unmarshal(buf[proto.HandleSize:]) != nil {
 		return 0, Attr{}, fmt.Errorf("capfs: OPEN: malformed reply: %w", syscall.EIO)
 	}
-	return Handle(le64(buf[:])), attrOf(&a), nil
+	h := Handle(le64(buf[:]))
+	c.handles.opened(h, ino, flags, c.credOf(ctx))
+	return h, attrOf(&a), nil
 }
 
 // Access reports whether the caller may access ino as mask (access(2)'s
@@ -594,7 +608,14 @@ func (c *Client) Access(ctx context.Context, ino Ino, mask uint32) error {
 
 // Release closes a handle.
 func (c *Client) Release(ctx context.Context, ino Ino, h Handle) error {
-	return c.do(ctx, &call{op: proto.OpRelease, a0: uint64(ino), a1: uint64(h)})
+	known := c.handles.released(h)
+	err := c.do(ctx, &call{op: proto.OpRelease, a0: uint64(ino), a1: uint64(h)})
+	if known && errors.Is(err, syscall.EBADF) {
+		// A restarted target that the handle was not reclaimed on yet
+		// (or could not be): nothing is left to close.
+		return nil
+	}
+	return err
 }
 
 // Read reads at off into p; the count is short only at the end of the

@@ -89,8 +89,13 @@
 // answering without dropping the connection is noticed by the host
 // library's keep-alive (within 3×KATO, 15 s by default) or I/O timeout
 // (30 s); the reconnect timeout runs from then. Handles are kept by the
-// target in memory: a target restart ends them (reads and writes go on,
-// as they address the inode; an unlinked open file is gone).
+// target in memory, so a target restart ends them; the client remembers
+// every handle it holds (inode, flags, credential) and, before the first
+// command on a connection it had not used (the host library reconnected,
+// or the client dialed again), reopens each by number (reclaim.go), so
+// that its grant (a 0444 file created for writing) and a file unlinked
+// while open live on. A handle whose reclaim fails is forgotten, and
+// its Release returns nil.
 //
 // # Concurrency
 //

@@ -1,18 +1,24 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
 // treeEntry is what a tree holds at one path: type and mode, the file's
@@ -166,6 +172,97 @@ func TestFUSEKilledTargetKeepsSynced(t *testing.T) {
 		require.Equal(t, fmt.Sprint(i), string(got))
 	}
 	// The first mount goes while the target it reconnected to still runs.
+	require.NoError(t, m.cmd.Process.Signal(os.Interrupt))
+	waitExit(t, m)
+}
+
+// TestFUSEHandlesSurviveRestart: files programs hold open through the
+// mount go on working across a restart of the target: the mount
+// reconnects and reclaims its handles, so reads, writes, fstat, fsync
+// and close on the old descriptors succeed. A file its owner may write
+// only through the descriptor that created it (0444, by a user who is
+// not root) stays writable through it; a file unlinked while open keeps
+// its data for its descriptor, and goes at its close (its inode is free
+// at once, not when the target's reclaim grace ends).
+func TestFUSEHandlesSurviveRestart(t *testing.T) {
+	prereq.Root(t, "a root mount, and a program of another user on it")
+	data := t.TempDir()
+	d, shm, _ := startFileTarget(t, data)
+	m := mountFUSE(t, shm, "--reconnect-timeout", "60s")
+	require.NoError(t, os.Chmod(filepath.Dir(m.dir), 0o755))
+	require.NoError(t, os.Mkdir(m.path("pub"), 0o777))
+	require.NoError(t, os.Chmod(m.path("pub"), 0o777))
+
+	// alice's program creates pub/ro 0444 (umask 222) and holds it open
+	// on fd 3 across the restart, writing before and after.
+	alice := exec.Command(prereq.Tool(t, "sh"), "-c",
+		`umask 222; exec 3>pub/ro || exit 1; printf before >&3 || exit 2; echo ready; read x; printf after >&3 || exit 3; exec 3>&-; echo done`)
+	alice.Dir = m.dir
+	alice.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uidAlice, Gid: uidAlice}}
+	stdin, err := alice.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := alice.StdoutPipe()
+	require.NoError(t, err)
+	var aliceErr bytes.Buffer
+	alice.Stderr = &aliceErr
+	require.NoError(t, alice.Start())
+	t.Cleanup(func() { _ = alice.Process.Kill(); _ = alice.Wait() })
+	lines := bufio.NewScanner(stdout)
+	require.True(t, lines.Scan(), "alice's program: %s", &aliceErr)
+	require.Equal(t, "ready", lines.Text())
+
+	open := func(name string, flag int, perm os.FileMode) *os.File {
+		f, err := os.OpenFile(m.path(name), flag, perm)
+		require.NoError(t, err)
+		return f
+	}
+	before := bytes.Repeat([]byte("before the restart "), 10000)
+	rw := open("rw", os.O_CREATE|os.O_RDWR, 0o644)
+	tmp := open("tmp", os.O_CREATE|os.O_RDWR, 0o600)
+	for _, f := range []*os.File{rw, tmp} {
+		_, err := f.Write(before)
+		require.NoError(t, err)
+		require.NoError(t, f.Sync())
+	}
+	require.NoError(t, os.Remove(m.path("tmp")))
+	inodes := func() uint64 {
+		var st unix.Statfs_t
+		require.NoError(t, unix.Statfs(m.dir, &st))
+		return st.Files - st.Ffree
+	}
+	inUse := inodes()
+	d.stop(t)
+
+	startDaemonAt(t, shm, data)
+	after := []byte("after the restart")
+	for _, f := range []*os.File{rw, tmp} {
+		_, err := f.Write(after)
+		require.NoError(t, err, "%s: a write through a descriptor opened before the restart", f.Name())
+		st, err := f.Stat()
+		require.NoError(t, err)
+		require.Equal(t, int64(len(before)+len(after)), st.Size(), f.Name())
+		require.NoError(t, f.Sync(), f.Name())
+		got := make([]byte, len(before)+len(after))
+		_, err = f.ReadAt(got, 0)
+		require.NoError(t, err, f.Name())
+		require.True(t, bytes.Equal(append(append([]byte(nil), before...), after...), got), "%s reads back", f.Name())
+	}
+	_, err = io.WriteString(stdin, "go on\n")
+	require.NoError(t, err)
+	require.True(t, lines.Scan(), "alice's write through her 0444 file's descriptor after the restart: %s", &aliceErr)
+	require.Equal(t, "done", lines.Text())
+	require.NoError(t, alice.Wait(), "alice's program: %s", &aliceErr)
+	got, err := os.ReadFile(m.path("pub", "ro"))
+	require.NoError(t, err)
+	require.Equal(t, "beforeafter", string(got))
+
+	require.NoError(t, rw.Close())
+	require.Equal(t, inUse, inodes(), "the unlinked file is still open")
+	require.NoError(t, tmp.Close())
+	// The kernel sends the RELEASE after close returns.
+	require.Eventually(t, func() bool { return inodes() == inUse-1 }, 10*time.Second, 50*time.Millisecond,
+		"the unlinked file goes at its close after the restart, not at the end of the grace")
+	// The mount goes while the target it reconnected to still runs.
 	require.NoError(t, m.cmd.Process.Signal(os.Interrupt))
 	waitExit(t, m)
 }

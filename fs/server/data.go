@@ -618,7 +618,21 @@ const (
 // regular file. With check, c needs the access the flags ask for (read
 // for O_RDONLY, exec instead for the kernel's open of a program, write
 // also for O_TRUNC); an open of the file a create just made has none.
-func (s *Server) openIno(c *cred, ino uint64, flags uint32, check bool) (uint64, proto.Attr, error) {
+//
+// reclaim, when not zero, is a handle of an earlier run of the server
+// that the client had open: the open registers that number instead of a
+// new one, so that the client's handle goes on working after a restart
+// (doc.go, "Handles"). It truncates nothing and checks no permission:
+// the handle passed the checks when it was opened, and the client is
+// trusted to say so as it is trusted to name its caller.
+func (s *Server) openIno(c *cred, ino uint64, flags uint32, check bool, reclaim uint64) (uint64, proto.Attr, error) {
+	if reclaim != 0 {
+		if reclaim>>32 == s.nextHandle>>32 && !s.holdsHandle(reclaim, ino) {
+			return 0, proto.Attr{}, syscall.EBADF // this run's, and not open
+		}
+		flags &^= oTrunc
+		check = false
+	}
 	n, err := s.inodeOf(ino)
 	if err != nil {
 		return 0, proto.Attr{}, err
@@ -650,7 +664,10 @@ func (s *Server) openIno(c *cred, ino uint64, flags uint32, check bool) (uint64,
 	// so that an unlink committed later sees the file open, and one
 	// committed earlier made it ENOENT here. Opening writes nothing, so
 	// it costs no commit.
-	h := s.allocHandle()
+	h := reclaim
+	if h == 0 {
+		h = s.allocHandle()
+	}
 	var a proto.Attr
 	s.txMu.Lock()
 	err = s.db.View(func(tx *memTx) error {
@@ -661,7 +678,9 @@ func (s *Server) openIno(c *cred, ino uint64, flags uint32, check bool) (uint64,
 		if n.Nlink == 0 && tx.Bucket(bucketOrphans).Get(inoKey(ino)) == nil {
 			return syscall.ENOENT
 		}
-		s.registerHandle(h, ino, c, acc)
+		if err := s.registerHandle(h, ino, c, acc); err != nil {
+			return err
+		}
 		a = s.attrOf(ino, n)
 		return nil
 	})
@@ -690,7 +709,7 @@ func (s *Server) create(c *cred, parent uint64, name []byte, mode, uid, gid, fla
 	if flags&oAccMode == 0 {
 		flags |= oWronly
 	}
-	h, a, err := s.openIno(c, a.Ino, flags, check)
+	h, a, err := s.openIno(c, a.Ino, flags, check, 0)
 	return a, h, err
 }
 

@@ -118,8 +118,8 @@
 //   - No space leaks without end. Chunks are deleted after the change
 //     that drops them (unlink of the last link, truncate, a punched hole);
 //     a crash in between leaves chunks that no inode owns. Open runs the
-//     orphan sweep: inodes in the orphans bucket (unlinked while open:
-//     handles do not survive a restart) are deleted, then every chunk of
+//     orphan sweep: inodes in the orphans bucket (unlinked while open)
+//     are deleted when the reclaim grace ends (below), then every chunk of
 //     this FSID whose inode is gone, not a chunked regular file, or whose
 //     block lies wholly past the end of the file is deleted, every inode's
 //     chunk count is recounted, and the store is synced. So space is
@@ -169,8 +169,17 @@
 // An unlink that takes the last link of an open file keeps the inode (in
 // the orphans bucket) until its last RELEASE, so it stays readable and
 // writable through the handles; READ and WRITE address the inode, not the
-// handle. Handles live in memory: a restart of the target ends them, and
-// the sweep deletes what they kept.
+// handle. Handles live in memory, so a restart of the target ends them;
+// a client that held them reclaims them by number (OPEN naming the old
+// handle, protocol.go), and the open registers that number again with
+// its grant, truncating nothing and checking no permission (the handle
+// was checked when first opened; the client is trusted to say so as it
+// is trusted to name its caller). Handle numbers carry a random 32-bit
+// epoch drawn at each Open, so an earlier run's numbers never collide
+// with this run's, and a reclaim of this run's number that is not that
+// open is EBADF. The files unlinked while open when the last run ended
+// stay for Options.ReclaimGrace (90 s by default, longer than a client's
+// default reconnect timeout); those no reclaim holds then are deleted.
 //
 // # Errors
 //
@@ -209,7 +218,8 @@
 //     mode, or by an open handle of the same credential with that access:
 //     POSIX checks at open, and the handle stands for the open file
 //     (the mount sends a file's I/O with the credential that opened it).
-//     Handles do not survive a restart; neither do these grants.
+//     A restart ends the grants with the handles; a reclaim brings a
+//     handle's grant back.
 //   - CREATE, MKDIR, MKNOD, SYMLINK and LINK need write and search on the
 //     directory (after EEXIST, as Linux orders them). UNLINK, RMDIR and
 //     RENAME need them on each directory involved; in a sticky directory

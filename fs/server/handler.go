@@ -45,7 +45,7 @@ var usedFields = map[nvmeof.Opcode]uint8{
 	proto.OpCreate: useIno | use12 | use13 | use14 | use15, proto.OpMkdir: useIno | use12 | use13 | use14,
 	proto.OpMknod: useIno | use12 | use13 | use14 | use15, proto.OpSymlink: useIno | use12 | use13 | use15,
 	proto.OpReadlink: useIno, proto.OpLink: useIno | use12 | use13, proto.OpUnlink: useIno, proto.OpRmdir: useIno,
-	proto.OpRename: useIno | use12 | use13 | use14 | use15, proto.OpOpen: useIno | use14,
+	proto.OpRename: useIno | use12 | use13 | use14 | use15, proto.OpOpen: useIno | use12 | use13 | use14,
 	proto.OpRelease: useIno | use12 | use13, proto.OpRead: useIno | use12 | use13 | use14,
 	proto.OpWrite: useIno | use12 | use13 | use14, proto.OpFsync: useIno | use14,
 	proto.OpReadDir: useIno | use12 | use13, proto.OpReadDirPlus: useIno | use12 | use13, proto.OpStatFS: 0,
@@ -216,7 +216,7 @@ func (s *Server) execute(c *target.VendorCommand, cr *cred) (int, error) {
 		name, newName, _ := proto.SplitPair(in, cmd.CDW15)
 		return 0, s.rename(cr, a0, name, a1, newName, cmd.CDW14)
 	case proto.OpOpen:
-		h, a, err := s.openIno(cr, a0, cmd.CDW14, true)
+		h, a, err := s.openIno(cr, a0, cmd.CDW14, true, a1)
 		if err != nil {
 			return 0, err
 		}

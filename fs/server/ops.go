@@ -696,6 +696,14 @@ func (s *Server) allocHandle() uint64 {
 	return s.nextHandle
 }
 
+// holdsHandle reports whether handle h is open on ino.
+func (s *Server) holdsHandle(h, ino uint64) bool {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	hd, ok := s.handles[h]
+	return ok && hd.ino == ino
+}
+
 // handle is an open handle: its inode and what it grants (the
 // credential that opened it and the access it was opened with).
 type handle struct {
@@ -703,17 +711,23 @@ type handle struct {
 	g   grant
 }
 
-// registerHandle opens h on ino for c with access acc.
-func (s *Server) registerHandle(h, ino uint64, c *cred, acc uint32) {
+// registerHandle opens h on ino for c with access acc. A handle number
+// already open stays as it is: EBADF unless it is the same open (a
+// reclaim sent again).
+func (s *Server) registerHandle(h, ino uint64, c *cred, acc uint32) error {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
-	if _, ok := s.handles[h]; ok {
-		return
-	}
 	g := grant{ino: ino, cred: c.id, acc: acc}
+	if hd, ok := s.handles[h]; ok {
+		if hd.g != g {
+			return syscall.EBADF
+		}
+		return nil
+	}
 	s.handles[h] = handle{ino: ino, g: g}
 	s.open[ino]++
 	s.grants[g]++
+	return nil
 }
 
 // release closes a handle; the last one of an unlinked file deletes it.
@@ -737,6 +751,12 @@ func (s *Server) release(ino, h uint64) error {
 	if !last {
 		return nil
 	}
+	return s.dropOrphan(ino)
+}
+
+// dropOrphan deletes ino if it is unlinked (in bucketOrphans) and no
+// handle holds it.
+func (s *Server) dropOrphan(ino uint64) error {
 	var gs []gone
 	err := s.update(func(tx *memTx) error {
 		gs = gs[:0] // a grouped commit may run this again

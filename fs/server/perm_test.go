@@ -156,7 +156,7 @@ func TestPermissionOpen(t *testing.T) {
 		{bob, p.pub, rd | syscall.O_DIRECTORY, 0, "a directory opens for reading"},
 		{bob, p.alice, rd | syscall.O_DIRECTORY, syscall.EACCES, "0700 directory of another"},
 	} {
-		h, _, err := p.s.openIno(c.who, c.ino, c.flags, true)
+		h, _, err := p.s.openIno(c.who, c.ino, c.flags, true, 0)
 		requireErr(t, c.want, err, "%s: %s", name(c.who), c.reason)
 		if err == nil {
 			require.NoError(t, p.s.release(c.ino, h))
@@ -192,11 +192,11 @@ func TestPermissionReadWrite(t *testing.T) {
 	require.NoError(t, s.release(a.Ino, h))
 	_, err = s.write(alice, a.Ino, 0, []byte("x"), false)
 	requireErrno(t, syscall.EACCES, err, "with the handle gone, the mode decides")
-	_, _, err = s.openIno(alice, a.Ino, syscall.O_WRONLY, true)
+	_, _, err = s.openIno(alice, a.Ino, syscall.O_WRONLY, true, 0)
 	requireErrno(t, syscall.EACCES, err)
 
 	// Read-only handles do not grant writes.
-	h, _, err = s.openIno(bob, p.pubR, syscall.O_RDONLY, true)
+	h, _, err = s.openIno(bob, p.pubR, syscall.O_RDONLY, true, 0)
 	require.NoError(t, err)
 	_, err = s.write(bob, p.pubR, 0, []byte("x"), false)
 	requireErrno(t, syscall.EACCES, err)

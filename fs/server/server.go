@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -65,7 +66,17 @@ type Options struct {
 	// DefaultCacheBytes when zero; -1 turns the cache off, so that every
 	// operation reads its inode from the database.
 	CacheBytes int64
+	// ReclaimGrace is how long after Open the files unlinked while open
+	// before a restart stay, for the clients that had them open to
+	// reclaim their handles (OPEN naming the old handle); those nobody
+	// reclaimed are deleted then (DefaultReclaimGrace; -1: at Open).
+	ReclaimGrace time.Duration
 }
+
+// DefaultReclaimGrace is the default of Options.ReclaimGrace: longer
+// than a client's default reconnect timeout (30 s), so that a client
+// that comes back at all comes back within it.
+const DefaultReclaimGrace = 90 * time.Second
 
 // DefaultSyncInterval is the default of Options.SyncInterval, as ext4's
 // commit interval.
@@ -89,12 +100,16 @@ type Server struct {
 	// transaction, never two at once.
 	dataLocks [256]sync.RWMutex
 
-	// hmu guards handles, open, grants and nextHandle.
+	// hmu guards handles, open, grants, nextHandle and reclaimable.
 	hmu        sync.Mutex
 	handles    map[uint64]handle // by handle number
 	open       map[uint64]int    // ino → open handles
 	grants     map[grant]int     // open handles by inode, credential and access
-	nextHandle uint64
+	nextHandle uint64            // the last handed out; the top 32 bits are this run's
+	// reclaimable are the files unlinked while open when the last run
+	// ended, kept until graceTimer fires (Options.ReclaimGrace).
+	reclaimable []uint64
+	graceTimer  *time.Timer
 
 	creds credTable // registered credentials (perm.go)
 
@@ -163,12 +178,16 @@ func Open(store *chunkstore.Store, opt Options) (*Server, error) {
 	if opt.CacheBytes == 0 {
 		opt.CacheBytes = DefaultCacheBytes
 	}
+	if opt.ReclaimGrace == 0 {
+		opt.ReclaimGrace = DefaultReclaimGrace
+	}
 	db := newMemDB()
 	s := &Server{db: db, store: store, space: recordSpace(opt.FSID), metaDirty: map[string]struct{}{},
 		opt: opt, log: opt.Logger, bs: int64(opt.BlockSize),
 		handles: map[uint64]handle{}, open: map[uint64]int{}, grants: map[grant]int{},
 		commits: make(chan *commitReq, maxGroup), committerDone: make(chan struct{}),
 		stopSync: make(chan struct{}), syncDone: make(chan struct{})}
+	s.nextHandle = handleEpoch() << 32
 	s.icache.init(opt.CacheBytes)
 	found, err := s.load()
 	imported := false
@@ -201,7 +220,40 @@ func Open(store *chunkstore.Store, opt Options) (*Server, error) {
 	}
 	go s.committer()
 	go s.syncer()
+	if len(s.reclaimable) > 0 {
+		s.graceTimer = time.AfterFunc(opt.ReclaimGrace, s.endGrace)
+	}
 	return s, nil
+}
+
+// handleEpoch returns the top 32 bits of this run's handle numbers:
+// random and not zero, so that a handle of an earlier run is never one
+// of this run (a client reclaims those by number).
+func handleEpoch() uint64 {
+	var b [4]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if e := binary.LittleEndian.Uint32(b[:]); e != 0 {
+			return uint64(e)
+		}
+	}
+}
+
+// endGrace ends the reclaim grace: the files unlinked while open before
+// the restart that no handle holds now are deleted.
+func (s *Server) endGrace() {
+	s.hmu.Lock()
+	inos := s.reclaimable
+	s.reclaimable = nil
+	s.hmu.Unlock()
+	for _, ino := range inos {
+		if s.closed.Load() {
+			return
+		}
+		if err := s.dropOrphan(ino); err != nil {
+			s.log.Warn("fs: deleting a file unlinked while open failed; the next start retries", "ino", ino, "err", err)
+		}
+	}
 }
 
 // init checks the format and FSID of a namespace, or makes the root
@@ -248,6 +300,9 @@ func (s *Server) Close() error {
 	}
 	close(s.commits)
 	s.commitMu.Unlock()
+	if s.graceTimer != nil {
+		s.graceTimer.Stop()
+	}
 	close(s.stopSync)
 	<-s.syncDone
 	<-s.committerDone
@@ -331,15 +386,24 @@ func (s *Server) parseChunkID(id chunkstore.ChunkID) (ino uint64, block int64, o
 }
 
 // recover deletes what a crash or an unclean stop left: inodes unlinked
-// while open (bucketOrphans), and chunks that no file owns (their inode is
-// gone, not a regular file with chunked data, or they lie past the end of
-// the file). It then recounts each file's chunks and the space in use.
+// while open (bucketOrphans; with a reclaim grace, endGrace does when it
+// ends), and chunks that no file owns (their inode is gone, not a regular
+// file with chunked data, or they lie past the end of the file). It then
+// recounts each file's chunks and the space in use.
 func (s *Server) recover() error {
 	var orphans [][]byte
 	err := s.db.Update(func(tx *memTx) error {
 		c := tx.Bucket(bucketOrphans).Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			orphans = append(orphans, append([]byte(nil), k...))
+		}
+		if s.opt.ReclaimGrace > 0 {
+			// Kept for their handles' reclaim (endGrace).
+			for _, k := range orphans {
+				s.reclaimable = append(s.reclaimable, binary.BigEndian.Uint64(k))
+			}
+			orphans = nil
+			return nil
 		}
 		for _, k := range orphans {
 			if err := s.deleteInodeRecords(tx, binary.BigEndian.Uint64(k)); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -89,7 +90,7 @@ func TestErrnos(t *testing.T) {
 	requireErrno(t, syscall.EINVAL, err)
 	_, err = s.write(rootCred, f.Ino, maxFileSize, []byte("x"), false)
 	requireErrno(t, syscall.EFBIG, err)
-	_, _, err = s.openIno(rootCred, d.Ino, oWronly, true)
+	_, _, err = s.openIno(rootCred, d.Ino, oWronly, true, 0)
 	requireErrno(t, syscall.EISDIR, err)
 	requireErrno(t, syscall.EBADF, s.release(f.Ino, 12345))
 
@@ -273,7 +274,8 @@ func TestUnlinkWhileOpen(t *testing.T) {
 	requireErrno(t, syscall.ENOENT, err)
 	require.Empty(t, st.Chunks())
 
-	// The same with a stop before the release: the next open deletes it.
+	// The same with a stop before the release: the next open deletes it
+	// (with no reclaim grace; TestReclaim has the grace).
 	f, _, err = s.create(rootCred, root, []byte("g"), 0o644, 0, 0, 0)
 	require.NoError(t, err)
 	_, err = s.write(rootCred, f.Ino, 0, data, false)
@@ -282,7 +284,9 @@ func TestUnlinkWhileOpen(t *testing.T) {
 	require.NoError(t, st.Sync())
 	require.NoError(t, s.Close())
 	require.NoError(t, st.Close())
-	st, s = d.open(testOptions())
+	opt := testOptions()
+	opt.ReclaimGrace = -1
+	st, s = d.open(opt)
 	defer st.Close()
 	defer s.Close()
 	_, err = s.getAttr(f.Ino)
@@ -443,4 +447,79 @@ func TestImportLegacy(t *testing.T) {
 	defer st.Close()
 	defer s.Close()
 	check(s)
+}
+
+// TestReclaim: after a restart a client reopens its handles by number
+// (OPEN with the old handle): the grants come back, a file unlinked
+// while open stays for the reclaim grace and lives on while reclaimed,
+// and one nobody reclaims is deleted when the grace ends. A handle of
+// this run cannot be claimed.
+func TestReclaim(t *testing.T) {
+	d := newDevices(t)
+	opt := testOptions()
+	opt.ReclaimGrace = time.Hour // ended by hand below
+	st, s := d.open(opt)
+	data := bytes.Repeat([]byte("y"), 20000)
+	mk := func(name string, mode uint32) (proto.Attr, uint64) {
+		f, h, err := s.create(rootCred, root, []byte(name), mode, 0, 0, syscall.O_CREAT|syscall.O_RDWR)
+		require.NoError(t, err)
+		_, err = s.write(rootCred, f.Ino, 0, data, false)
+		require.NoError(t, err)
+		return f, h
+	}
+	kept, hk := mk("kept", 0o644)
+	lost, _ := mk("lost", 0o644)
+	// alice's handle on a file she may write only through it (0444).
+	pub, err := s.mkdir(rootCred, root, []byte("pub"), 0o777, 0, 0)
+	require.NoError(t, err)
+	ro, ha, err := s.create(alice, pub.Ino, []byte("ro"), 0o444, 1000, 1000, syscall.O_CREAT|syscall.O_WRONLY)
+	require.NoError(t, err)
+	require.NoError(t, s.unlink(rootCred, root, []byte("kept"), false))
+	require.NoError(t, s.unlink(rootCred, root, []byte("lost"), false))
+	require.NoError(t, st.Sync())
+	require.NoError(t, s.Close())
+	require.NoError(t, st.Close())
+
+	st, s = d.open(opt)
+	defer st.Close()
+	defer s.Close()
+	// Before the reclaim: the grant is gone; the orphans are there.
+	_, err = s.write(alice, ro.Ino, 0, []byte("a"), false)
+	requireErrno(t, syscall.EACCES, err)
+	_, err = s.getAttr(lost.Ino)
+	require.NoError(t, err, "a file unlinked while open stays for the grace")
+
+	h, _, err := s.openIno(alice, ro.Ino, syscall.O_WRONLY, true, ha)
+	require.NoError(t, err)
+	require.Equal(t, ha, h, "the reclaim registers the old number")
+	_, err = s.write(alice, ro.Ino, 0, []byte("a"), false)
+	require.NoError(t, err, "the reclaimed handle grants its write again")
+	_, _, err = s.openIno(alice, ro.Ino, syscall.O_WRONLY, true, ha)
+	require.NoError(t, err, "a reclaim sent twice is the same open")
+	_, _, err = s.openIno(rootCred, ro.Ino, syscall.O_RDONLY, true, ha)
+	requireErrno(t, syscall.EBADF, err, "another open may not take the number")
+	fresh, _, err := s.openIno(rootCred, ro.Ino, syscall.O_RDONLY, true, 0)
+	require.NoError(t, err)
+	require.NotEqual(t, ha>>32, fresh>>32, "this run's handles are of another epoch")
+	require.NoError(t, s.release(ro.Ino, fresh))
+	_, _, err = s.openIno(rootCred, ro.Ino, syscall.O_RDONLY, true, fresh)
+	requireErrno(t, syscall.EBADF, err, "a closed handle of this run is not reclaimed")
+	// A reclaim of a file gone is refused as an open is.
+	_, _, err = s.openIno(alice, 1<<40, syscall.O_RDONLY, true, ha+1)
+	requireErrno(t, syscall.ENOENT, err)
+
+	_, _, err = s.openIno(rootCred, kept.Ino, syscall.O_RDWR, true, hk)
+	require.NoError(t, err)
+	s.endGrace()
+	_, err = s.getAttr(lost.Ino)
+	requireErrno(t, syscall.ENOENT, err, "nobody reclaimed it: deleted when the grace ends")
+	got := make([]byte, len(data))
+	n, err := s.read(rootCred, kept.Ino, 0, got)
+	require.NoError(t, err, "the reclaimed orphan lives on")
+	require.Equal(t, data, got[:n])
+	require.NoError(t, s.release(kept.Ino, hk))
+	_, err = s.getAttr(kept.Ino)
+	requireErrno(t, syscall.ENOENT, err, "and goes at its last release")
+	require.NoError(t, s.release(ro.Ino, ha))
+	checkInvariants(t, s)
 }

@@ -37,7 +37,7 @@
 //	A5h  UNLINK        in      parent    -            -          -           name                   -
 //	A9h  RMDIR         in      parent    -            -          -           name                   -
 //	ADh  RENAME        in      parent    new parent   flags      name length name, new name         -
-//	B2h  OPEN          out     ino       -            open flags -           -                      handle u64, Attr
+//	B2h  OPEN          out     ino       reclaim      open flags -           -                      handle u64, Attr
 //	B4h  RELEASE       none    ino       handle       -          -           -                      -
 //	BAh  READ          out     ino       offset       length     -           -                      data
 //	BDh  WRITE         in      ino       offset       flags      -           data                   -
@@ -65,6 +65,18 @@
 // PUNCH_HOLE 2). Fields marked "-" are reserved: zero. The handle of
 // RELEASE is the one CREATE or OPEN returned. ACCESS masks are
 // access(2)'s (R 4, W 2, X 1; 0 asks whether the inode exists).
+//
+// OPEN's CDW12-13, when not zero, reclaims a handle after a target
+// restart: the handle the host held on the inode, which the open
+// registers again by that number (with the credential and flags of the
+// command, no O_TRUNC and no permission check: it was checked when it
+// was first opened) and returns. A server draws the top 32 bits of its
+// handles at random at each start, so a handle of an earlier run never
+// collides with one of its own; a reclaim naming one of its own that is
+// not open on that inode with that credential and access gets EBADF, and
+// one sent again for the same open returns it unchanged. A restarted
+// server keeps the files unlinked while open for a grace (90 s by
+// default) so that reclaims find them.
 //
 // CDW2-3 (outside FALLOCATE) carry a request ID for the operations that
 // running twice would not leave as running once: CREATE, MKDIR, MKNOD,
