@@ -54,11 +54,34 @@
 // target, and the kernel keeps its cached pages (FOPEN_KEEP_CACHE) only
 // when size, mtime and ctime equal those of the previous open through
 // this mount and this mount has not written the file since; otherwise
-// the pages and the cached attributes are dropped. Writes are
-// write-through (no writeback cache): WRITE returns once the target has
-// the data, so a close makes it visible to the next open anywhere, and
-// Flush has nothing left to send. Directories are listed from the target
-// on every opendir (no FOPEN_CACHE_DIR).
+// the pages and the cached attributes are dropped. Every close (FLUSH)
+// sends what the mount buffered of the file (below) before it returns,
+// so a close makes the data visible to the next open anywhere.
+// Directories are listed from the target on every opendir (no
+// FOPEN_CACHE_DIR).
+//
+// # Writes
+//
+// The kernel's writeback cache is not used: with it the kernel takes a
+// regular file's size and mtime from its own inode and ignores the
+// target's, so a mount would not see another client grow a file it has
+// cached, which breaks close-to-open consistency; and it sends its own
+// mtime and ctime with truncates and flushes. Instead the mount buffers
+// small writes itself, as an NFS client does (writebehind.go): a WRITE
+// under MaxWrite through a file opened without O_DIRECT, O_SYNC or
+// O_DSYNC is answered once the mount holds the bytes. Each inode has one
+// buffer of contiguous bytes from one open file, sent in one WRITE of up
+// to MaxWrite when it is full, when a write does not continue it, 100 ms
+// after its first write, and before anything whose answer depends on the
+// data: an open, read, stat, setattr (truncate, chmod, utimes),
+// fallocate, xattr call, fsync, close and release. Buffers of an inode reach the
+// target in the order they were written, one in flight at a time, and a
+// mount holds at most 64 MiB of them (then writes go through). A write
+// the target refuses is reported by the next write, fsync or close of
+// the file, as a write-back error is on a local file system; what a
+// killed mount held (at most 100 ms of writes) is lost, as a page cache
+// is in a crash. Options.WriteThrough (bin/mount --write-through) turns
+// the buffering off.
 //
 // An inode call (stat, open, readlink) that the target answers with
 // ENOENT means another client removed the inode while this kernel still

@@ -29,6 +29,10 @@ type fileSystem struct {
 	// the target, so names in a directory not everyone may search are
 	// not cached (see entryTimeoutIn).
 	guardedEntries bool
+	// writeThrough turns write-behind off (Options.WriteThrough).
+	writeThrough bool
+	// wbBytes is the bytes of write-behind buffers taken (writebehind.go).
+	wbBytes atomic.Int64
 }
 
 // node is one inode of the mount: a directory, regular file, symlink or
@@ -55,6 +59,8 @@ type node struct {
 	mode atomic.Uint32
 
 	locks lockTable // fcntl and flock locks of this mount's opens
+
+	wb writeBehind // writes not yet at the target (writebehind.go)
 }
 
 // dataVersion is what tells an open whether the kernel's cached pages of
@@ -234,14 +240,25 @@ func timeParts(t time.Time) (uint64, uint32) {
 
 // newChild returns the node for a, filling out; go-fuse hands back the
 // node it already has when a is an inode it knows.
+//
+// The kernel takes the attributes of an entry as the inode's, size
+// included: a node with writes still in the mount (writebehind.go) sends
+// them first and answers with the attributes after them, or the kernel
+// would cut its cached file to the size before.
 func (n *node) newChild(ctx context.Context, a *Attr, out *fuse.EntryOut) *fs.Inode {
-	fillAttr(&out.Attr, a)
-	out.SetEntryTimeout(n.entryTimeoutIn())
 	child := n.NewInode(ctx, &node{fsys: n.fsys, ino: a.Ino}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: a.Gen})
 	if c, ok := child.Operations().(*node); ok {
+		if c.wb.pending() {
+			c.drain(false)
+			if b, err := n.fsys.c.GetAttr(opContext(ctx), a.Ino); err == nil && b.Gen == a.Gen {
+				*a = b
+			}
+		}
 		c.lookedUp.Store(time.Now().UnixNano())
 		c.mode.Store(a.Mode)
 	}
+	fillAttr(&out.Attr, a)
+	out.SetEntryTimeout(n.entryTimeoutIn())
 	return child
 }
 
@@ -279,6 +296,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.drain(false)
 	a, err := n.fsys.c.GetAttr(opContext(ctx), n.ino)
 	if err != nil {
 		return n.staleOf(err)
@@ -329,6 +347,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	var a Attr
 	var err error
+	n.drain(false)
 	if set {
 		octx := opContext(ctx)
 		if s.Size != nil && f != nil {
@@ -359,7 +378,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errnoOf(err)
 	}
 	child := n.newChild(ctx, &a, out)
-	return child, newFileHandle(ctx, h), 0, 0
+	return child, newFileHandle(ctx, h, flags), 0, 0
 }
 
 // Tmpfile makes an unnamed file (open with O_TMPFILE): the target has
@@ -385,7 +404,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	fillAttr(&out.Attr, &a)
 	out.SetEntryTimeout(n.entryTimeoutIn())
 	child := n.NewInode(ctx, &node{fsys: n.fsys, ino: a.Ino}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(a.Ino), Gen: a.Gen})
-	return child, newFileHandle(ctx, h), 0, 0
+	return child, newFileHandle(ctx, h, flags), 0, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -474,6 +493,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 // mount wrote the file since), the kernel drops its cached pages (no
 // FOPEN_KEEP_CACHE) and its cached attributes; otherwise it keeps both.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.drain(false) // before an O_TRUNC, and so the attributes include them
 	octx := opContext(ctx)
 	h, a, err := n.openAttr(octx, int(flags))
 	if err != nil {
@@ -491,7 +511,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	keep := n.seenValid && n.seen.equal(v)
 	n.seen, n.seenValid = v, true
 	n.mu.Unlock()
-	fh := newFileHandle(ctx, h)
+	fh := newFileHandle(ctx, h, flags)
 	if keep {
 		return fh, fuse.FOPEN_KEEP_CACHE, 0
 	}
@@ -521,10 +541,13 @@ func (n *node) openAttr(ctx context.Context, flags int) (Handle, Attr, error) {
 type fileHandle struct {
 	h      Handle
 	opener *preparedCred
+	// behind: writes may be buffered (opened without O_DIRECT, O_SYNC
+	// or O_DSYNC; writebehind.go).
+	behind bool
 }
 
-func newFileHandle(ctx context.Context, h Handle) *fileHandle {
-	return &fileHandle{h: h, opener: callerOf(ctx)}
+func newFileHandle(ctx context.Context, h Handle, flags uint32) *fileHandle {
+	return &fileHandle{h: h, opener: callerOf(ctx), behind: flags&(syscall.O_DIRECT|syscall.O_DSYNC) == 0}
 }
 
 func handleOf(f fs.FileHandle) Handle {
@@ -535,6 +558,9 @@ func handleOf(f fs.FileHandle) Handle {
 }
 
 func (n *node) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
+	// A failure still unreported has no one left to go to: the last
+	// close (Flush) has returned.
+	n.drain(false)
 	if fh, ok := f.(*fileHandle); ok {
 		n.locks.releaseAll(fh)
 	}
@@ -542,6 +568,7 @@ func (n *node) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 }
 
 func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n.drain(false)
 	m, err := n.fsys.c.Read(handleContext(ctx, f), n.ino, handleOf(f), dest, off)
 	if err != nil {
 		return nil, errnoOf(err)
@@ -549,7 +576,19 @@ func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 	return fuse.ReadResultData(dest[:m]), 0
 }
 
+// Write buffers small writes (writebehind.go) and sends the rest to
+// the target, after what is buffered.
 func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	fh, _ := f.(*fileHandle)
+	if n.fsys.behind(fh, len(data)) {
+		if m, e, ok := n.bufferWrite(fh, data, off); ok {
+			n.dataChanged()
+			return m, e
+		}
+	}
+	if e := n.drain(true); e != 0 {
+		return 0, e
+	}
 	m, err := n.fsys.c.Write(handleContext(ctx, f), n.ino, handleOf(f), data, off)
 	n.dataChanged()
 	if err != nil && m == 0 {
@@ -558,16 +597,22 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	return uint32(m), 0
 }
 
-// Flush has nothing to push: Write returns once the target has the data.
+// Flush, at every close, sends what the inode buffered and reports a
+// buffered write that failed: after a close, the next open anywhere sees
+// the data.
 func (n *node) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
-	return 0
+	return n.drain(true)
 }
 
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	if e := n.drain(true); e != 0 {
+		return e
+	}
 	return errnoOf(n.fsys.c.Fsync(handleContext(ctx, f), n.ino, handleOf(f), flags&1 != 0))
 }
 
 func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	n.drain(false)
 	err := n.fsys.c.Fallocate(handleContext(ctx, f), n.ino, handleOf(f), mode, int64(off), int64(size))
 	n.dataChanged()
 	return errnoOf(err)
@@ -600,6 +645,7 @@ func xattrReply(v, dest []byte) (uint32, syscall.Errno) {
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	n.drain(false) // a write drops security.capability
 	v, err := n.fsys.c.GetXattr(opContext(ctx), n.ino, attr)
 	if err != nil {
 		return 0, errnoOf(err)
@@ -608,10 +654,12 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	n.drain(false)
 	return errnoOf(n.fsys.c.SetXattr(opContext(ctx), n.ino, attr, data, flags))
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	n.drain(false)
 	names, err := n.fsys.c.ListXattr(opContext(ctx), n.ino)
 	if err != nil {
 		return 0, errnoOf(err)
@@ -624,5 +672,6 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	n.drain(false)
 	return errnoOf(n.fsys.c.RemoveXattr(opContext(ctx), n.ino, attr))
 }
