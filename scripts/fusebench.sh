@@ -25,12 +25,14 @@
 #                       appends, as cp, tar, dd or a log writer's do),
 #                       then one fsync (end_fsync=1, inside fio's
 #                       runtime), WRITE_SIZE bytes or RUNTIME seconds,
-#                       whichever ends first. The mount has no writeback
-#                       cache, so every write(2) is one FUSE WRITE:
-#                       8 KiB (a database page, a small application's
-#                       write) against the mount's own 1 MiB is the
-#                       per-request cost of the write path against its
-#                       bandwidth. The bar is capsule's 8 KiB over
+#                       whichever ends first. The kernel's writeback
+#                       cache is off, so every write(2) is one FUSE
+#                       WRITE; bin/mount buffers the small ones and
+#                       sends them to the target 1 MiB at a time
+#                       (fs/fusefs, "Writes"): 8 KiB (a database page, a
+#                       small application's write) against the mount's
+#                       own 1 MiB is the per-request cost of the write
+#                       path against its bandwidth. The bar is capsule's 8 KiB over
 #                       capsule's 1 MiB; the loopback's pair is shown for
 #                       scale.
 #   untar               tar -x of Go's own src/ (from `go env GOROOT`,
