@@ -27,9 +27,9 @@
 #                       runtime), WRITE_SIZE bytes or RUNTIME seconds,
 #                       whichever ends first. The kernel's writeback
 #                       cache is off, so every write(2) is one FUSE
-#                       WRITE; bin/mount buffers the small ones and
-#                       sends them to the target 1 MiB at a time
-#                       (fs/fusefs, "Writes"): 8 KiB (a database page, a
+#                       WRITE (MOUNT_ARGS=--write-behind buffers the
+#                       small ones in the mount and sends them 1 MiB at
+#                       a time; fs/fusefs, "Writes"): 8 KiB (a database page, a
 #                       small application's write) against the mount's
 #                       own 1 MiB is the per-request cost of the write
 #                       path against its bandwidth. The bar is capsule's 8 KiB over

@@ -62,7 +62,7 @@ func runFUSE(c *cli.Context) error {
 		FsName:             "capsule:" + c.String("target"),
 		AllowOther:         c.Bool("allow-other"),
 		DefaultPermissions: c.Bool("default-permissions"),
-		WriteThrough:       c.Bool("write-through"),
+		WriteBehind:        c.Bool("write-behind"),
 		Debug:              c.Bool("fuse-debug"),
 		Logger:             log.New(c.App.ErrWriter, "fuse: ", log.LstdFlags),
 	}

@@ -62,7 +62,7 @@ func newApp() *cli.App {
 			&cli.BoolFlag{Name: "splice", Usage: "splice read replies to the kernel (FUSE mode; off: 1 MiB replies overflow the pipe)"},
 			&cli.BoolFlag{Name: "allow-other", Usage: "let other users use the mount (FUSE mode; a mount made by root always does; a non-root user needs user_allow_other in /etc/fuse.conf)"},
 			&cli.BoolFlag{Name: "default-permissions", Usage: "let the kernel check permission bits too, from its cached attributes (FUSE mode; the target checks every request either way)"},
-			&cli.BoolFlag{Name: "write-through", Usage: "answer every write only once the target has it, instead of buffering small writes in the mount until close, fsync or 100ms (FUSE mode)"},
+			&cli.BoolFlag{Name: "write-behind", Usage: "buffer small writes in the mount until close, fsync, a read or stat of the file, or 100ms, instead of answering each only once the target has it (FUSE mode)"},
 			&cli.BoolFlag{Name: "fuse-debug", Usage: "log every FUSE request and reply to stderr (FUSE mode)"},
 		},
 		Action: func(c *cli.Context) error {

@@ -52,10 +52,10 @@ type Options struct {
 	// (default_permissions) to the target's, which decide either way;
 	// see doc.go, "Access", for what that changes.
 	DefaultPermissions bool
-	// WriteThrough answers every WRITE only once the target has its
-	// bytes, instead of buffering small writes in the mount (doc.go,
-	// "Writes").
-	WriteThrough bool
+	// WriteBehind buffers small writes in the mount instead of
+	// answering every WRITE only once the target has its bytes (doc.go,
+	// "Writes"). Off by default: see BENCHMARKS.md and the note there.
+	WriteBehind bool
 	// Debug logs every FUSE request and reply.
 	Debug bool
 	// Logger receives go-fuse's diagnostics (default: log.Default()).
@@ -118,7 +118,7 @@ func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 		RootStableAttr:  &fs.StableAttr{Ino: uint64(RootIno), Gen: root.Gen},
 		Logger:          o.Logger,
 	}
-	fsys := &fileSystem{c: c, entryTimeout: entry, guardedEntries: allowOther && !o.DefaultPermissions, writeThrough: o.WriteThrough}
+	fsys := &fileSystem{c: c, entryTimeout: entry, guardedEntries: allowOther && !o.DefaultPermissions, writeBehind: o.WriteBehind}
 	n := &node{fsys: fsys, ino: RootIno}
 	n.mode.Store(root.Mode)
 	if o.Readers > 0 {

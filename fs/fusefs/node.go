@@ -29,8 +29,8 @@ type fileSystem struct {
 	// the target, so names in a directory not everyone may search are
 	// not cached (see entryTimeoutIn).
 	guardedEntries bool
-	// writeThrough turns write-behind off (Options.WriteThrough).
-	writeThrough bool
+	// writeBehind turns write-behind on (Options.WriteBehind).
+	writeBehind bool
 	// wbBytes is the bytes of write-behind buffers taken (writebehind.go).
 	wbBytes atomic.Int64
 }

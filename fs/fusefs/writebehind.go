@@ -72,7 +72,7 @@ func (fsys *fileSystem) unreserve(b []byte) {
 
 // behind reports whether writes through fh may be buffered.
 func (fsys *fileSystem) behind(fh *fileHandle, n int) bool {
-	return !fsys.writeThrough && fh != nil && fh.behind && fh.opener != nil && n < wbMax
+	return fsys.writeBehind && fh != nil && fh.behind && fh.opener != nil && n < wbMax
 }
 
 // bufferWrite buffers data at off, written through fh. It reports false

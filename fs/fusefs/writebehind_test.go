@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+var behind = Options{AttrTimeout: time.Second, EntryTimeout: time.Second, WriteBehind: true}
+
 // targetBytes reads the whole of the file name as the target holds it,
 // without the mount.
 func targetBytes(t *testing.T, m *memClient, name string) []byte {
@@ -35,7 +37,7 @@ func targetBytes(t *testing.T, m *memClient, name string) []byte {
 // WRITEs of up to wbMax bytes: at close, before a stat or a read that
 // needs them, and wbDelay after the first of them.
 func TestWriteBehind(t *testing.T) {
-	mnt, m := mountMem(t, cached)
+	mnt, m := mountMem(t, behind)
 	name := filepath.Join(mnt, "f")
 	want := bytes.Repeat(pattern8K(), 100)
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY, 0o644)
@@ -76,7 +78,7 @@ func TestWriteBehind(t *testing.T) {
 // Names looked up and listed while writes wait in the mount carry the
 // size after them: the kernel takes an entry's size as the file's.
 func TestWriteBehindEntries(t *testing.T) {
-	mnt, m := mountMem(t, Options{}) // no caching: every stat is a LOOKUP
+	mnt, m := mountMem(t, Options{WriteBehind: true}) // no caching: every stat is a LOOKUP
 	name := filepath.Join(mnt, "f")
 	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
 	require.NoError(t, err)
@@ -104,7 +106,7 @@ func TestWriteBehindEntries(t *testing.T) {
 // A buffered write that the target refuses fails the next write, fsync
 // or close of the file.
 func TestWriteBehindErrors(t *testing.T) {
-	mnt, m := mountMem(t, cached)
+	mnt, m := mountMem(t, behind)
 	name := filepath.Join(mnt, "f")
 	for _, when := range []string{"close", "fsync", "write"} {
 		t.Run(when, func(t *testing.T) {
@@ -134,18 +136,18 @@ func TestWriteBehindErrors(t *testing.T) {
 	}
 }
 
-// Files opened with O_SYNC, O_DSYNC or O_DIRECT, and mounts with
-// WriteThrough, write through.
+// Files opened with O_SYNC, O_DSYNC or O_DIRECT, and mounts without
+// WriteBehind, write through.
 func TestWriteThrough(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		o     Options
 		flags int
 	}{
-		{"O_SYNC", cached, os.O_SYNC},
-		{"O_DSYNC", cached, syscall.O_DSYNC},
-		{"O_DIRECT", cached, syscall.O_DIRECT},
-		{"WriteThrough", Options{AttrTimeout: time.Second, EntryTimeout: time.Second, WriteThrough: true}, 0},
+		{"O_SYNC", behind, os.O_SYNC},
+		{"O_DSYNC", behind, syscall.O_DSYNC},
+		{"O_DIRECT", behind, syscall.O_DIRECT},
+		{"default", cached, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mnt, m := mountMem(t, c.o)
@@ -163,7 +165,7 @@ func TestWriteThrough(t *testing.T) {
 // Random writes, some in runs, truncates and reads through the mount
 // leave the file as the same operations leave a local file.
 func TestWriteBehindModel(t *testing.T) {
-	mnt, m := mountMem(t, cached)
+	mnt, m := mountMem(t, behind)
 	rng := rand.New(rand.NewPCG(1, 2))
 	model, err := os.Create(filepath.Join(t.TempDir(), "model"))
 	require.NoError(t, err)
