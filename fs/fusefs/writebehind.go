@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// Write-behind (doc.go, "Writes"): a WRITE smaller than wbMax through a
-// file opened without O_DIRECT, O_SYNC or O_DSYNC is answered once the
-// mount holds its bytes. Each inode has one buffer of contiguous bytes
+// Write-behind (doc.go, "Writes"; on with Options.WriteBehind): a WRITE
+// smaller than wbMax through a file opened without O_DIRECT, O_SYNC or
+// O_DSYNC is answered once the mount holds its bytes. Each inode has one buffer of contiguous bytes
 // written through one open file; it goes to the target, in one WRITE of
 // up to wbMax bytes, when it is full, when a write does not continue it,
 // wbDelay after its first write, and before any request whose answer or
