@@ -44,13 +44,17 @@ type handleTable struct {
 	mu   sync.Mutex
 	open map[Handle]openHandle
 	// on is the controller and its reconnect count the handles are known
-	// to be open on; reclaiming serializes the reclaims.
-	on struct {
-		ctrl       *host.Controller
-		reconnects uint64
-	}
+	// to be open on (nil before the first command), replaced whole under
+	// mu and read without it; reclaiming serializes the reclaims.
+	on         atomic.Pointer[connection]
 	reclaiming sync.Mutex
 	busy       atomic.Bool // a reclaim runs: commands wait for it
+}
+
+// connection names one association of one controller.
+type connection struct {
+	ctrl       *host.Controller
+	reconnects uint64
 }
 
 // opened records a handle the server returned.
@@ -76,15 +80,18 @@ func (t *handleTable) released(h Handle) bool {
 // handles were last reclaimed on, and marks it so. The first connection
 // (no handles yet) is current.
 func (t *handleTable) current(ctrl *host.Controller) bool {
-	r := ctrl.Stats().Reconnects
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.on.ctrl == ctrl && t.on.reconnects == r {
+	r := ctrl.Reconnects()
+	if on := t.on.Load(); on != nil && on.ctrl == ctrl && on.reconnects == r {
 		return true
 	}
-	first := t.on.ctrl == nil
-	t.on.ctrl, t.on.reconnects = ctrl, r
-	return first || len(t.open) == 0
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	on := t.on.Load()
+	if on != nil && on.ctrl == ctrl && on.reconnects == r {
+		return true // another command marked it meanwhile
+	}
+	t.on.Store(&connection{ctrl: ctrl, reconnects: r})
+	return on == nil || len(t.open) == 0
 }
 
 // snapshot returns the open handles.

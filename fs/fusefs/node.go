@@ -248,7 +248,7 @@ func timeParts(t time.Time) (uint64, uint32) {
 func (n *node) newChild(ctx context.Context, a *Attr, out *fuse.EntryOut) *fs.Inode {
 	child := n.NewInode(ctx, &node{fsys: n.fsys, ino: a.Ino}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: a.Gen})
 	if c, ok := child.Operations().(*node); ok {
-		if c.wb.pending() {
+		if n.fsys.writeBehind && c.wb.pending() {
 			c.drain(false)
 			if b, err := n.fsys.c.GetAttr(opContext(ctx), a.Ino); err == nil && b.Gen == a.Gen {
 				*a = b

@@ -627,7 +627,7 @@ const (
 // trusted to say so as it is trusted to name its caller.
 func (s *Server) openIno(c *cred, ino uint64, flags uint32, check bool, reclaim uint64) (uint64, proto.Attr, error) {
 	if reclaim != 0 {
-		if reclaim>>32 == s.nextHandle>>32 && !s.holdsHandle(reclaim, ino) {
+		if reclaim>>32 == s.epoch && !s.holdsHandle(reclaim, ino) {
 			return 0, proto.Attr{}, syscall.EBADF // this run's, and not open
 		}
 		flags &^= oTrunc

@@ -110,6 +110,9 @@ type Server struct {
 	// ended, kept until graceTimer fires (Options.ReclaimGrace).
 	reclaimable []uint64
 	graceTimer  *time.Timer
+	// epoch is the top 32 bits of this run's handle numbers, set at
+	// Open (read without hmu).
+	epoch uint64
 
 	creds credTable // registered credentials (perm.go)
 
@@ -187,7 +190,8 @@ func Open(store *chunkstore.Store, opt Options) (*Server, error) {
 		handles: map[uint64]handle{}, open: map[uint64]int{}, grants: map[grant]int{},
 		commits: make(chan *commitReq, maxGroup), committerDone: make(chan struct{}),
 		stopSync: make(chan struct{}), syncDone: make(chan struct{})}
-	s.nextHandle = handleEpoch() << 32
+	s.epoch = handleEpoch()
+	s.nextHandle = s.epoch << 32
 	s.icache.init(opt.CacheBytes)
 	found, err := s.load()
 	imported := false

@@ -122,7 +122,7 @@ type Controller struct {
 	parkTail   *Request
 	namespaces map[uint32]*Namespace
 	losses     uint64
-	reconnects uint64
+	reconnects atomic.Uint64 // written under mu; Reconnects reads it without
 	lastLoss   error
 	closing    chan struct{} // closed when Close starts
 	recovered  chan struct{} // closed when the running recovery returns
@@ -459,13 +459,17 @@ func (c *Controller) Stats() Stats {
 	defer c.mu.Unlock()
 	return Stats{
 		Losses:       c.losses,
-		Reconnects:   c.reconnects,
+		Reconnects:   c.reconnects.Load(),
 		Resubmitted:  c.resubmitted.Load(),
 		FailedOnLoss: c.failedOnLoss.Load(),
 		KeepAlives:   c.keepAlives.Load(),
 		LastLoss:     c.lastLoss,
 	}
 }
+
+// Reconnects is Stats().Reconnects without the controller's lock, for
+// callers that check on every command whether the association changed.
+func (c *Controller) Reconnects() uint64 { return c.reconnects.Load() }
 
 // Info describes the live association.
 type Info struct {
@@ -836,7 +840,7 @@ func (c *Controller) goLive(a *association) bool {
 	}
 	c.assoc = a
 	c.state = StateLive
-	c.reconnects++
+	c.reconnects.Add(1)
 	c.live.Store(a)
 	parked := c.takeParkedLocked()
 	c.mu.Unlock()
