@@ -12,7 +12,8 @@
 #                   log, 1.59 device bytes per host byte, and its
 #                   checkpoints make them durable: on a disk slower than
 #                   the page cache, its ceiling is the disk's bandwidth
-#                   over 1.59, 0.63 of disk-direct.
+#                   over 1.59, 0.63 of disk-direct. The v1 engine (below)
+#                   runs it too, as the store this bar was set against.
 #   randwrite-4KiB  4 KiB random writes at QD32, ec beside file (bar 0.50, goal 0.80)
 #   randread-4KiB   4 KiB random reads at QD32, ec beside file, and beside
 #                   the same on the v1 engine (copy-on-write stripes): a
@@ -413,7 +414,7 @@ fio --name=layout --filename="$plain" --size="${size_mib}m" --rw=write --bs=1m -
 	--output-format=terse >/dev/null
 for rep in $(seq "$count"); do
 	echo "-- repetition $rep of $count"
-	for p in capsule-ec capsule-file; do
+	for p in capsule-ec capsule-file "${v1[@]}"; do
 		want seqwrite || break
 		record seqwrite-1MiB "$p" "$(bridge_run "$p" 1 --rw=write --bs=1m --iodepth=8 --runtime="$runtime")"
 	done

@@ -18,18 +18,25 @@
 //     sequential reads at QD8), and the CPU per I/O of fio and of the
 //     server (target, target and bridge, or nbdkit) as multiples of
 //     nbdkit's run, without a bar.
-//   - R6: fio through the FUSE mount against the null go-fuse file system
-//     (the bar on shm's 4 KiB random and 1 MiB sequential reads; writes,
-//     buffered reads, iwarp and the Go client alone without one), and
-//     metadata rates against go-fuse's loopback of tmpfs, without a bar.
+//   - R6′: fio through the FUSE mount against the null go-fuse file
+//     system (the bars and goals on shm's 4 KiB random and 1 MiB
+//     sequential reads; writes, buffered reads, iwarp and the Go client
+//     alone without one), and metadata rates against go-fuse's loopback
+//     of tmpfs, without a bar.
+//   - R12: whole create+stat+unlink cycles through the mount against
+//     go-fuse's loopback of a directory on the disk, and 8 KiB buffered
+//     writes against the same mount's 1 MiB writes (in MB/s), each with
+//     its bar and goal; the untar of Go's src/ against the same loopback,
+//     without a bar.
 //   - R7: chunkstore's SeqWrite/4+2 against SeqWrite/1+0 and
 //     SeqRead/degraded against SeqRead/healthy; without a bar, 1+0 against
 //     PlainFile and the store's encoding against reedsolomon.
 //   - R7′: the erasure-coded write path end to end, fio's nbd engine
 //     through the bridge on an ec: namespace against a file: namespace
 //     of the same target on the same disk: 4 KiB random writes at QD32
-//     (bar and goal) and 1 MiB sequential writes (bar), 4 KiB random
-//     reads without a bar; the write amplification and the space
+//     (bar and goal) and 1 MiB sequential writes (bar; and, without a
+//     bar, the v1 engine's against the same file: namespace and the log's
+//     against the v1 engine's), 4 KiB random reads without a bar; the write amplification and the space
 //     amplification that the script measured (at most a bound); the p50
 //     of a QD1 4 KiB write and its flush as a multiple of a plain file's
 //     write and fdatasync (at most 1.5×); and the CPU of the target and
@@ -44,7 +51,9 @@
 // benchmark lines of their own: scripts/bench.sh "BenchmarkBlock/CASE/PATH
 // 1 N IOPS M MB/s F fio-µs/IO T target-µs/IO" and "BenchmarkR3Baseline/fio-psync-tmpfs 1 N IOPS",
 // scripts/fusebench.sh "BenchmarkFUSE/CASE/MOUNT 1 N IOPS M MB/s" and
-// "BenchmarkFUSEMeta/OP/MOUNT 1 N ops/s", scripts/ecwritebench.sh
+// "BenchmarkFUSEMeta/OP/MOUNT 1 N ops/s", "BenchmarkFUSEWrite/seq-BS/MOUNT
+// 1 N IOPS M MB/s ..." and "BenchmarkFUSEUntar/gosrc/MOUNT 1 F files/s
+// ...", scripts/ecwritebench.sh
 // "BenchmarkECWrite/CASE/PATH 1 N IOPS M MB/s C cpu-µs/IO ...",
 // "BenchmarkECWrite/fua-4KiB/PATH 1 P p50-ns ...",
 // "BenchmarkECWrite/write-amp/capsule-ec 1 A write-amp ..." and
