@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -412,4 +414,51 @@ func TestPOSIXWriteDropsCaps(t *testing.T) {
 		_, err = unix.Getxattr(p, "security.capability", buf)
 		require.ErrorIs(t, err, unix.ENODATA, "%s drops the capabilities", c.name)
 	}
+}
+
+// TestPOSIXWritebackCache: with the kernel's writeback cache (the
+// mount's default) the kernel reads a page to fill it before a write
+// that covers part of it, through the writer's file, and sends "now" as
+// a time value. Neither may cost a user what it may do on a local file
+// system: a user who may write a file but not read it writes part of a
+// page; one who may write but does not own it truncates it and touches
+// it (times set to now), while an explicit time still needs the owner;
+// and the owner's data around the writes is intact.
+func TestPOSIXWritebackCache(t *testing.T) {
+	m, _ := posixMount(t)
+	p := m.path("wo")
+	orig := bytes.Repeat([]byte("0123456789abcdef"), 1024) // 16 KiB
+	require.NoError(t, os.WriteFile(p, orig, 0o622))
+	require.NoError(t, os.Chown(p, uidAlice, uidAlice))
+	require.NoError(t, os.Chmod(p, 0o622))
+	// Drop the pages the owner's write left cached, so that bob's write
+	// needs the kernel to read its page first.
+	fd, err := unix.Open(p, unix.O_RDONLY, 0)
+	require.NoError(t, err)
+	require.NoError(t, unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED))
+	require.NoError(t, unix.Close(fd))
+
+	out, err := as(t, m, uidBob, uidBob, nil, "cat wo")
+	require.Error(t, err, "bob may not read: %s", out)
+	out, err = as(t, m, uidBob, uidBob, nil, "printf BOB | dd of=wo bs=1 seek=5000 conv=notrunc status=none")
+	require.NoError(t, err, "a write into part of a page by a user who may not read: %s", out)
+	want := slices.Clone(orig)
+	copy(want[5000:], "BOB")
+	got, err := os.ReadFile(p)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "the page around the write is intact")
+
+	out, err = as(t, m, uidBob, uidBob, nil, "touch -c wo")
+	require.NoError(t, err, "touch (now) by a user who may write: %s", out)
+	out, err = as(t, m, uidBob, uidBob, nil, "touch -c -d 2001-01-01 wo")
+	require.Error(t, err, "an explicit time needs the owner: %s", out)
+	assert.Contains(t, out, "Operation not permitted")
+	out, err = as(t, m, uidBob, uidBob, nil, "truncate -s 100 wo")
+	require.NoError(t, err, "truncate by a user who may write: %s", out)
+	st, err := os.Stat(p)
+	require.NoError(t, err)
+	assert.Equal(t, int64(100), st.Size())
+	got, err = os.ReadFile(p)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want[:100], got), "what is left is the owner's")
 }

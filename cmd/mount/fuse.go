@@ -63,6 +63,7 @@ func runFUSE(c *cli.Context) error {
 		AllowOther:         c.Bool("allow-other"),
 		DefaultPermissions: c.Bool("default-permissions"),
 		WriteBehind:        c.Bool("write-behind"),
+		WritebackCache:     c.Bool("writeback-cache"),
 		Debug:              c.Bool("fuse-debug"),
 		Logger:             log.New(c.App.ErrWriter, "fuse: ", log.LstdFlags),
 	}

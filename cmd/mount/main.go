@@ -62,7 +62,8 @@ func newApp() *cli.App {
 			&cli.BoolFlag{Name: "splice", Usage: "splice read replies to the kernel (FUSE mode; off: 1 MiB replies overflow the pipe)"},
 			&cli.BoolFlag{Name: "allow-other", Usage: "let other users use the mount (FUSE mode; a mount made by root always does; a non-root user needs user_allow_other in /etc/fuse.conf)"},
 			&cli.BoolFlag{Name: "default-permissions", Usage: "let the kernel check permission bits too, from its cached attributes (FUSE mode; the target checks every request either way)"},
-			&cli.BoolFlag{Name: "write-behind", Usage: "buffer small writes in the mount until close, fsync, a read or stat of the file, or 100ms, instead of answering each only once the target has it (FUSE mode)"},
+			&cli.BoolFlag{Name: "writeback-cache", Value: true, Usage: "let the kernel keep written pages and send them in large writes, at the latest at close or fsync (FUSE mode; --writeback-cache=false sends every write(2) to the target as it comes)"},
+			&cli.BoolFlag{Name: "write-behind", Usage: "with --writeback-cache=false: buffer small writes in the mount until close, fsync, a read or stat of the file, or 100ms, instead of answering each only once the target has it (FUSE mode)"},
 			&cli.BoolFlag{Name: "fuse-debug", Usage: "log every FUSE request and reply to stderr (FUSE mode)"},
 		},
 		Action: func(c *cli.Context) error {

@@ -47,11 +47,15 @@ func TestPosix(t *testing.T) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	for _, name := range names {
-		t.Run(name, func(t *testing.T) {
-			mnt, _ := mountMem(t, cached)
-			posixtest.All[name](t, mnt)
-		})
+	for _, wb := range []bool{false, true} {
+		o := cached
+		o.WritebackCache = wb
+		for _, name := range names {
+			t.Run(fmt.Sprintf("%s/writeback=%v", name, wb), func(t *testing.T) {
+				mnt, _ := mountMem(t, o)
+				posixtest.All[name](t, mnt)
+			})
+		}
 	}
 }
 
@@ -298,7 +302,15 @@ func readDirents(t *testing.T, fd int) []dirent {
 // client would, and checks that the next open sees it, while an open of
 // an unchanged file reads from the kernel's cache.
 func TestCloseToOpen(t *testing.T) {
-	mnt, m := mountMem(t, Options{AttrTimeout: time.Hour, EntryTimeout: time.Hour})
+	for _, wb := range []bool{false, true} {
+		t.Run(fmt.Sprintf("writeback=%v", wb), func(t *testing.T) {
+			testCloseToOpen(t, Options{AttrTimeout: time.Hour, EntryTimeout: time.Hour, WritebackCache: wb})
+		})
+	}
+}
+
+func testCloseToOpen(t *testing.T, o Options) {
+	mnt, m := mountMem(t, o)
 	f := filepath.Join(mnt, "f")
 	require.NoError(t, os.WriteFile(f, []byte("first version"), 0o644))
 	got, err := os.ReadFile(f)

@@ -21,6 +21,13 @@ type memClient struct {
 	nextH   Handle
 	calls   map[string]int // client calls by method, for the tests
 	fail    syscall.Errno  // when set, every call fails with it
+	lastSet SetAttr        // the last SetAttr's request
+}
+
+func (m *memClient) lastSetAttr() SetAttr {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastSet
 }
 
 type memInode struct {
@@ -197,6 +204,7 @@ func (m *memClient) SetAttr(ctx context.Context, ino Ino, s SetAttr) (Attr, erro
 	if e := m.called("SetAttr"); e != 0 {
 		return Attr{}, e
 	}
+	m.lastSet = s
 	in, ok := m.inodes[ino]
 	if !ok {
 		return Attr{}, syscall.ENOENT

@@ -56,6 +56,12 @@ type Options struct {
 	// answering every WRITE only once the target has its bytes (doc.go,
 	// "Writes"). Off by default: see BENCHMARKS.md and the note there.
 	WriteBehind bool
+	// WritebackCache turns the kernel's writeback cache on: written
+	// pages stay dirty in the kernel and go to the target in large
+	// WRITEs when it writes them back, at the latest at close, fsync
+	// or unmount (doc.go, "Writes"; writeback.go says how close-to-open
+	// consistency holds across mounts). WriteBehind is ignored with it.
+	WritebackCache bool
 	// Debug logs every FUSE request and reply.
 	Debug bool
 	// Logger receives go-fuse's diagnostics (default: log.Default()).
@@ -94,6 +100,10 @@ func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 	if o.DefaultPermissions {
 		mopts = append(mopts, "default_permissions")
 	}
+	caps := uint64(fuse.CAP_HANDLE_KILLPRIV_V2)
+	if o.WritebackCache {
+		caps |= fuse.CAP_WRITEBACK_CACHE
+	}
 	opts := &fs.Options{
 		MountOptions: fuse.MountOptions{
 			AllowOther:    allowOther,
@@ -107,7 +117,7 @@ func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 			// The server drops set-ID bits and capabilities on write,
 			// truncate and chown: the kernel need not GETXATTR
 			// security.capability before every write to find out.
-			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+			ExtraCapabilities: caps,
 			Debug:             o.Debug,
 			Logger:            o.Logger,
 		},
@@ -118,7 +128,8 @@ func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 		RootStableAttr:  &fs.StableAttr{Ino: uint64(RootIno), Gen: root.Gen},
 		Logger:          o.Logger,
 	}
-	fsys := &fileSystem{c: c, entryTimeout: entry, guardedEntries: allowOther && !o.DefaultPermissions, writeBehind: o.WriteBehind}
+	fsys := &fileSystem{c: c, entryTimeout: entry, guardedEntries: allowOther && !o.DefaultPermissions, writeBehind: o.WriteBehind && !o.WritebackCache,
+		writeback: o.WritebackCache}
 	n := &node{fsys: fsys, ino: RootIno}
 	n.mode.Store(root.Mode)
 	if o.Readers > 0 {

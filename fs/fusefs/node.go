@@ -31,6 +31,11 @@ type fileSystem struct {
 	guardedEntries bool
 	// writeBehind turns write-behind on (Options.WriteBehind).
 	writeBehind bool
+	// writeback: the kernel's writeback cache is on
+	// (Options.WritebackCache; writeback.go).
+	writeback bool
+	incMu     sync.Mutex     // guards inc
+	inc       map[Ino]uint64 // the current incarnation of inode numbers retired at least once
 	// wbBytes is the bytes of write-behind buffers taken (writebehind.go).
 	wbBytes atomic.Int64
 }
@@ -43,13 +48,22 @@ type node struct {
 	fsys *fileSystem
 	ino  Ino
 
-	mu sync.Mutex // guards seen and seenValid
+	// inc is the incarnation of ino the node belongs to (writeback.go).
+	inc uint64
+
+	mu sync.Mutex // guards seen, seenValid and opens
 	// seen is the data-relevant part of the attributes at the last open
 	// (size, mtime, ctime); the kernel's page cache of the file holds
 	// data no older than that. It is cleared when this mount changes the
-	// file's data, whose new mtime it cannot know without asking.
+	// file's data, whose new mtime it cannot know without asking. With
+	// the writeback cache it is the version the kernel's inode agrees
+	// with (writeback.go).
 	seen      dataVersion
 	seenValid bool
+	// opens counts the node's open files in this mount; openedOnce
+	// says whether it ever had one.
+	opens      int
+	openedOnce bool
 
 	// lookedUp is when a lookup last returned this node (Unix
 	// nanoseconds), or 0 once a call on the node has succeeded since.
@@ -246,7 +260,7 @@ func timeParts(t time.Time) (uint64, uint32) {
 // them first and answers with the attributes after them, or the kernel
 // would cut its cached file to the size before.
 func (n *node) newChild(ctx context.Context, a *Attr, out *fuse.EntryOut) *fs.Inode {
-	child := n.NewInode(ctx, &node{fsys: n.fsys, ino: a.Ino}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: a.Gen})
+	child := n.newNode(ctx, a)
 	if c, ok := child.Operations().(*node); ok {
 		if n.fsys.writeBehind && c.wb.pending() {
 			c.drain(false)
@@ -259,6 +273,20 @@ func (n *node) newChild(ctx context.Context, a *Attr, out *fuse.EntryOut) *fs.In
 	}
 	fillAttr(&out.Attr, a)
 	out.SetEntryTimeout(n.entryTimeoutIn())
+	return child
+}
+
+// newNode returns the node of ino's current incarnation for the
+// target's attributes a: the one go-fuse has, or a new one, whose kernel
+// inode starts from a (with the writeback cache, the version it agrees
+// with).
+func (n *node) newNode(ctx context.Context, a *Attr) *fs.Inode {
+	inc, gen := n.fsys.stableGen(a.Ino, a.Gen)
+	fresh := &node{fsys: n.fsys, ino: a.Ino, inc: inc}
+	child := n.NewInode(ctx, fresh, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: gen})
+	if n.fsys.writeback && child.Operations() == fresh {
+		fresh.seen, fresh.seenValid = versionOf(a), true
+	}
 	return child
 }
 
@@ -338,7 +366,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if in.Valid&fuse.FATTR_MTIME != 0 {
 		set = true
-		if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+		if in.Valid&fuse.FATTR_MTIME_NOW != 0 || n.fsys.writeback && wbTimes(in) {
 			s.MtimeNow = true
 		} else {
 			t := time.Unix(int64(in.Mtime), int64(in.Mtimensec))
@@ -354,7 +382,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			octx = handleContext(ctx, f) // ftruncate: the opener's right to write
 		}
 		a, err = n.fsys.c.SetAttr(octx, n.ino, s)
-		if s.Size != nil {
+		if s.Size != nil && !n.fsys.writeback {
 			n.dataChanged()
 		}
 	} else {
@@ -362,6 +390,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if err != nil {
 		return n.staleOf(err)
+	}
+	if set && n.fsys.writeback {
+		// The kernel applied the same change to its inode.
+		n.agree(&a)
 	}
 	n.mode.Store(a.Mode)
 	fillAttr(&out.Attr, &a)
@@ -378,6 +410,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errnoOf(err)
 	}
 	child := n.newChild(ctx, &a, out)
+	if c, ok := child.Operations().(*node); ok {
+		c.opened()
+	}
 	return child, newFileHandle(ctx, h, flags), 0, 0
 }
 
@@ -403,7 +438,11 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	a.Nlink = 0
 	fillAttr(&out.Attr, &a)
 	out.SetEntryTimeout(n.entryTimeoutIn())
-	child := n.NewInode(ctx, &node{fsys: n.fsys, ino: a.Ino}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: uint64(a.Ino), Gen: a.Gen})
+	child := n.newNode(ctx, &a)
+	if c, ok := child.Operations().(*node); ok {
+		c.mode.Store(a.Mode)
+		c.opened()
+	}
 	return child, newFileHandle(ctx, h, flags), 0, 0
 }
 
@@ -505,11 +544,22 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		_ = n.fsys.c.Release(octx, n.ino, h)
 		return nil, 0, n.staleOf(syscall.ENOENT)
 	}
-	n.used()
 	v := versionOf(&a)
+	if n.stale(v) {
+		// Another client changed the file since the kernel's inode
+		// agreed with the target: retry on a new one (writeback.go).
+		_ = n.fsys.c.Release(octx, n.ino, h)
+		n.fsys.retire(n)
+		return nil, 0, syscall.ESTALE
+	}
+	n.used()
 	n.mu.Lock()
 	keep := n.seenValid && n.seen.equal(v)
-	n.seen, n.seenValid = v, true
+	if !n.wbFile() || n.opens == 0 {
+		n.seen, n.seenValid = v, true
+	}
+	n.opens++
+	n.openedOnce = true
 	n.mu.Unlock()
 	fh := newFileHandle(ctx, h, flags)
 	if keep {
@@ -544,10 +594,17 @@ type fileHandle struct {
 	// behind: writes may be buffered (opened without O_DIRECT, O_SYNC
 	// or O_DSYNC; writebehind.go).
 	behind bool
+	// writeOnly: opened O_WRONLY. With the writeback cache the kernel
+	// reads through such a file to fill the pages a write covers in
+	// part, which the opener may have no right to read: those reads
+	// run with the mount's own credentials (the data goes to the page
+	// cache, which the write-only file cannot read back).
+	writeOnly bool
 }
 
 func newFileHandle(ctx context.Context, h Handle, flags uint32) *fileHandle {
-	return &fileHandle{h: h, opener: callerOf(ctx), behind: flags&(syscall.O_DIRECT|syscall.O_DSYNC) == 0}
+	return &fileHandle{h: h, opener: callerOf(ctx), behind: flags&(syscall.O_DIRECT|syscall.O_DSYNC) == 0,
+		writeOnly: flags&syscall.O_ACCMODE == syscall.O_WRONLY}
 }
 
 func handleOf(f fs.FileHandle) Handle {
@@ -564,12 +621,18 @@ func (n *node) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	if fh, ok := f.(*fileHandle); ok {
 		n.locks.releaseAll(fh)
 	}
-	return errnoOf(n.fsys.c.Release(opContext(ctx), n.ino, handleOf(f)))
+	err := n.fsys.c.Release(opContext(ctx), n.ino, handleOf(f))
+	n.released(opContext(ctx))
+	return errnoOf(err)
 }
 
 func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n.drain(false)
-	m, err := n.fsys.c.Read(handleContext(ctx, f), n.ino, handleOf(f), dest, off)
+	rctx := handleContext(ctx, f)
+	if fh, ok := f.(*fileHandle); ok && fh.writeOnly && n.fsys.writeback {
+		rctx = context.Background() // a page fill (writeOnly above)
+	}
+	m, err := n.fsys.c.Read(rctx, n.ino, handleOf(f), dest, off)
 	if err != nil {
 		return nil, errnoOf(err)
 	}

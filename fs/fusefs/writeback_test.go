@@ -1,0 +1,148 @@
+package fusefs
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+var writeback = Options{AttrTimeout: time.Hour, EntryTimeout: time.Hour, WritebackCache: true}
+
+// TestWritebackCoalesces: with the kernel's writeback cache, small
+// writes reach the target in a few large WRITEs, by close at the latest,
+// and the mount reads its own writes back before that.
+func TestWritebackCoalesces(t *testing.T) {
+	mnt, m := mountMem(t, writeback)
+	f, err := os.Create(filepath.Join(mnt, "f"))
+	require.NoError(t, err)
+	want := make([]byte, 0, 1<<20)
+	piece := make([]byte, 8<<10)
+	writes := m.count("Write")
+	for i := range 128 {
+		for j := range piece {
+			piece[j] = byte(i + j)
+		}
+		_, err := f.Write(piece)
+		require.NoError(t, err)
+		want = append(want, piece...)
+	}
+	st, err := f.Stat()
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(want)), st.Size(), "the kernel's size counts the writes it holds")
+	got := make([]byte, len(want))
+	_, err = f.ReadAt(got, 0)
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "the mount reads its own writes")
+	require.NoError(t, f.Close())
+	sent := m.count("Write") - writes
+	assert.Less(t, sent, 32, "128 writes of 8 KiB went in %d WRITEs", sent)
+
+	// The target has everything after the close.
+	ctx := context.Background()
+	a, err := m.Lookup(ctx, RootIno, "f")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(len(want)), a.Size)
+	h, err := m.Open(ctx, a.Ino, syscall.O_RDONLY)
+	require.NoError(t, err)
+	n, err := m.Read(ctx, a.Ino, h, got, 0)
+	require.NoError(t, err)
+	assert.Equal(t, len(want), n)
+	assert.Equal(t, want, got)
+	require.NoError(t, m.Release(ctx, a.Ino, h))
+}
+
+// TestWritebackOtherClient: the kernel keeps a cached file's size
+// itself with the writeback cache, so a change by another client must
+// reach the next open through a new inode: a file grown, shrunk, and
+// changed while this mount holds it open (the open file keeps the old
+// inode, the next open gets the new one); st_ino stays the target's
+// throughout.
+func TestWritebackOtherClient(t *testing.T) {
+	mnt, m := mountMem(t, writeback)
+	path := filepath.Join(mnt, "f")
+	require.NoError(t, os.WriteFile(path, []byte("one"), 0o644))
+	ctx := context.Background()
+	a, err := m.Lookup(ctx, RootIno, "f")
+	require.NoError(t, err)
+	other := func(data string) {
+		t.Helper()
+		h, err := m.Open(ctx, a.Ino, syscall.O_RDWR)
+		require.NoError(t, err)
+		_, err = m.SetAttr(ctx, a.Ino, SetAttr{Size: new(uint64(0))})
+		require.NoError(t, err)
+		_, err = m.Write(ctx, a.Ino, h, []byte(data), 0)
+		require.NoError(t, err)
+		require.NoError(t, m.Release(ctx, a.Ino, h))
+	}
+	read := func() string {
+		t.Helper()
+		got, err := os.ReadFile(path)
+		require.NoError(t, err)
+		return string(got)
+	}
+	require.Equal(t, "one", read())
+
+	other("two, and longer")
+	assert.Equal(t, "two, and longer", read(), "grown by another client")
+	other("3")
+	assert.Equal(t, "3", read(), "shrunk by another client")
+
+	held, err := os.Open(path)
+	require.NoError(t, err)
+	other("four, held")
+	buf := make([]byte, 64)
+	n, err := held.ReadAt(buf, 0)
+	require.ErrorIs(t, err, io.EOF)
+	assert.Equal(t, "3", string(buf[:n]), "a file open here keeps the inode it opened")
+	assert.Equal(t, "four, held", read(), "the next open sees the change, with the old file still open")
+	n, err = held.ReadAt(buf, 0)
+	require.ErrorIs(t, err, io.EOF)
+	assert.Equal(t, "3", string(buf[:n]), "which still reads what it read")
+	require.NoError(t, held.Close())
+	assert.Equal(t, "four, held", read())
+
+	var st syscall.Stat_t
+	require.NoError(t, syscall.Stat(path, &st))
+	assert.Equal(t, uint64(a.Ino), st.Ino)
+	assert.Equal(t, int64(len("four, held")), st.Size)
+
+	// This mount's own writes never make it look again.
+	require.NoError(t, os.WriteFile(path, []byte("five, written here"), 0o644))
+	opens := m.count("Open")
+	assert.Equal(t, "five, written here", read())
+	assert.Equal(t, opens+1, m.count("Open"), "one open, no retry")
+}
+
+// TestWritebackTimes: with the writeback cache the kernel sends mtime as
+// a value even for "now"; the mount tells the two apart by the ctime
+// beside it, so that a truncate or touch needs only write access and an
+// explicit time stays an explicit time.
+func TestWritebackTimes(t *testing.T) {
+	mnt, m := mountMem(t, writeback)
+	path := filepath.Join(mnt, "f")
+	require.NoError(t, os.WriteFile(path, []byte("x"), 0o644))
+	ctx := context.Background()
+	a, err := m.Lookup(ctx, RootIno, "f")
+	require.NoError(t, err)
+
+	explicit := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC)
+	require.NoError(t, os.Chtimes(path, explicit, explicit))
+	b, err := m.GetAttr(ctx, a.Ino)
+	require.NoError(t, err)
+	assert.True(t, b.Mtime.Equal(explicit), "explicit mtime %v", b.Mtime)
+
+	before := time.Now().Add(-time.Second)
+	require.NoError(t, unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, 0)) // touch: now
+	b, err = m.GetAttr(ctx, a.Ino)
+	require.NoError(t, err)
+	assert.True(t, b.Mtime.After(before), "touch sets now: %v", b.Mtime)
+	assert.True(t, m.lastSetAttr().MtimeNow, "sent as now")
+}
