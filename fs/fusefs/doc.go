@@ -9,6 +9,9 @@
 // A node's StableAttr is {file type, capsule Ino, Gen}: inode numbers in
 // stat are the target's, stable across mounts and remounts, and a reused
 // inode number with a new generation is a new node. The root is RootIno.
+// With the writeback cache, Gen also carries the incarnation of a file
+// that another client changed ("Writes"), so one inode number can have
+// several nodes, each a kernel inode of its own.
 //
 // # Access
 //
@@ -54,23 +57,40 @@
 // target, and the kernel keeps its cached pages (FOPEN_KEEP_CACHE) only
 // when size, mtime and ctime equal those of the previous open through
 // this mount and this mount has not written the file since; otherwise
-// the pages and the cached attributes are dropped. Writes are
-// write-through by default: WRITE returns once the target has the data,
-// so a close makes it visible to the next open anywhere. With
-// write-behind (below) every close (FLUSH) first sends what the mount
-// buffered of the file, to the same effect.
+// the pages and the cached attributes are dropped. Every close (FLUSH)
+// of a file this mount wrote comes after its data is at the target
+// (below), so the next open anywhere sees it.
 // Directories are listed from the target on every opendir (no
 // FOPEN_CACHE_DIR).
 //
 // # Writes
 //
-// The kernel's writeback cache is not used: with it the kernel takes a
-// regular file's size and mtime from its own inode and ignores the
-// target's, so a mount would not see another client grow a file it has
-// cached, which breaks close-to-open consistency; and it sends its own
-// mtime and ctime with truncates and flushes. Instead, with
-// Options.WriteBehind (bin/mount --write-behind), the mount buffers
-// small writes itself, as an NFS client does (writebehind.go): a WRITE
+// With Options.WritebackCache (bin/mount's default) the kernel's
+// writeback cache is on: writes land in the page cache and the kernel
+// sends the dirty pages in WRITEs of up to MaxWrite when it writes them
+// back, which it does before the FLUSH of every close, at fsync and at
+// unmount. An 8 KiB write(2) then costs what a page cache copy does, not
+// a round trip to the target. The kernel also keeps a regular file's
+// size, mtime and ctime itself and ignores the target's for an inode it
+// has, so a file another client grew or shrank would keep its old size
+// here: an open that finds the target's version different from the one
+// the kernel's inode agrees with answers ESTALE after retiring the node,
+// and the kernel's retry opens a new inode made from the target's
+// attributes (writeback.go). Files already open keep the old inode. The
+// kernel reads a page before a write that covers part of it, through
+// the writing file: through a file opened O_WRONLY those reads run with
+// the mount's own credentials, since the writer may have no right to
+// read. It sends mtime as a value even for "now" (utimensat with
+// UTIME_NOW, truncate, the times of a write): an mtime equal to the
+// ctime beside it is sent to the target as "now", which whoever may
+// write may set, and any other as an explicit time, which needs the
+// owner. A killed mount loses the dirty pages the kernel held, as a
+// crash loses a page cache.
+//
+// Without the writeback cache every write(2) is one WRITE, answered once
+// the target has the data. Options.WriteBehind (bin/mount
+// --writeback-cache=false --write-behind) then buffers small writes in
+// the mount, as an NFS client does (writebehind.go): a WRITE
 // under MaxWrite through a file opened without O_DIRECT, O_SYNC or
 // O_DSYNC is answered once the mount holds the bytes. Each inode has one
 // buffer of contiguous bytes from one open file, sent in one WRITE of up
@@ -83,9 +103,7 @@
 // the target refuses is reported by the next write, fsync or close of
 // the file, as a write-back error is on a local file system; what a
 // killed mount held (at most 100 ms of writes) is lost, as a page cache
-// is in a crash. It is off by default: a copy test (rsync's delta
-// transfer into the mount) has twice ended with a wrong file with it on,
-// and the cause is not found yet.
+// is in a crash.
 //
 // An inode call (stat, open, readlink) that the target answers with
 // ENOENT means another client removed the inode while this kernel still
@@ -150,6 +168,7 @@
 // # Concurrency
 //
 // go-fuse runs requests in parallel; a node's own state (the data
-// version seen at the last open) is behind its mutex, and an open
-// directory is only used by one request at a time.
+// version seen at the last open, its count of open files) is behind its
+// mutex, the incarnations behind the mount's, and an open directory is
+// only used by one request at a time.
 package fusefs

@@ -54,7 +54,7 @@ type Options struct {
 	DefaultPermissions bool
 	// WriteBehind buffers small writes in the mount instead of
 	// answering every WRITE only once the target has its bytes (doc.go,
-	// "Writes"). Off by default: see BENCHMARKS.md and the note there.
+	// "Writes"), when WritebackCache is off.
 	WriteBehind bool
 	// WritebackCache turns the kernel's writeback cache on: written
 	// pages stay dirty in the kernel and go to the target in large

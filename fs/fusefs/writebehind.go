@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Write-behind (doc.go, "Writes"; on with Options.WriteBehind): a WRITE
+// Write-behind (doc.go, "Writes"; on with Options.WriteBehind, without
+// the writeback cache): a WRITE
 // smaller than wbMax through a file opened without O_DIRECT, O_SYNC or
 // O_DSYNC is answered once the mount holds its bytes. Each inode has one buffer of contiguous bytes
 // written through one open file; it goes to the target, in one WRITE of
