@@ -50,17 +50,17 @@ func (fsys *fileSystem) stableGen(ino Ino, gen uint64) (inc, stable uint64) {
 	return inc, gen ^ inc*incarnationMix
 }
 
-// retire makes the next lookup of ino's names make a new node, unless a
-// newer incarnation than n's exists already.
+// retire makes the next lookup of n's names make a new node. Even when
+// n is an old incarnation already, the retry must find a node that has
+// never been opened, which answers it (stale), and not a current one
+// that may be stale in turn: the kernel retries once.
 func (fsys *fileSystem) retire(n *node) {
 	fsys.incMu.Lock()
 	defer fsys.incMu.Unlock()
 	if fsys.inc == nil {
 		fsys.inc = make(map[Ino]uint64)
 	}
-	if fsys.inc[n.ino] == n.inc {
-		fsys.inc[n.ino]++
-	}
+	fsys.inc[n.ino] = max(fsys.inc[n.ino], n.inc) + 1
 }
 
 // wbFile reports whether n is a regular file whose size and times the
