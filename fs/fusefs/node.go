@@ -388,6 +388,14 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	} else {
 		a, err = n.fsys.c.GetAttr(opContext(ctx), n.ino)
 	}
+	if err != nil && n.fsys.writeback && errnoOf(err) == syscall.ENOENT && timesOnly(in) {
+		// The kernel writes back the times it keeps of a file it wrote
+		// (fuse_write_inode) also after the file was removed, at a
+		// syncfs or when it drops the inode: a file that is gone has
+		// no times to keep. (A utimensat racing another client's
+		// unlink succeeds too.)
+		a, err = Attr{Ino: n.ino, Mode: n.mode.Load()}, nil
+	}
 	if err != nil {
 		return n.staleOf(err)
 	}

@@ -141,3 +141,9 @@ func wbTimes(in *fuse.SetAttrIn) (mtimeNow bool) {
 	return in.Valid&fuse.FATTR_CTIME != 0 && in.Valid&fuse.FATTR_MTIME != 0 &&
 		in.Mtime == in.Ctime && in.Mtimensec == in.Ctimensec
 }
+
+// timesOnly reports whether a SETATTR changes nothing but times.
+func timesOnly(in *fuse.SetAttrIn) bool {
+	const times = fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW | fuse.FATTR_CTIME | fuse.FATTR_FH | fuse.FATTR_LOCKOWNER
+	return in.Valid&times != 0 && in.Valid&^times == 0
+}

@@ -182,3 +182,17 @@ func TestWritebackHardLinks(t *testing.T) {
 	assert.Equal(t, "v2, longer still", read(b), "through the other name")
 	assert.Equal(t, "v2, longer still", read(a))
 }
+
+// TestWritebackRemovedFile: the kernel writes back the times it keeps
+// of a file it wrote also after the file is gone; a syncfs must not fail
+// on that.
+func TestWritebackRemovedFile(t *testing.T) {
+	mnt, _ := mountMem(t, writeback)
+	p := filepath.Join(mnt, "f")
+	require.NoError(t, os.WriteFile(p, make([]byte, 100<<10), 0o644))
+	require.NoError(t, os.Remove(p))
+	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	require.NoError(t, unix.Syncfs(fd))
+}
