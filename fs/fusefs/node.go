@@ -69,8 +69,12 @@ type node struct {
 	// nanoseconds), or 0 once a call on the node has succeeded since.
 	lookedUp atomic.Int64
 
-	// mode is the mode of the last attributes seen for the node.
-	mode atomic.Uint32
+	// mode and nlink are those of the last attributes seen for the node.
+	mode  atomic.Uint32
+	nlink atomic.Uint32
+	// gone: this mount removed the file's last name while no file of it
+	// was open here (writeback.go, Unlink).
+	gone atomic.Bool
 
 	locks lockTable // fcntl and flock locks of this mount's opens
 
@@ -270,6 +274,7 @@ func (n *node) newChild(ctx context.Context, a *Attr, out *fuse.EntryOut) *fs.In
 		}
 		c.lookedUp.Store(time.Now().UnixNano())
 		c.mode.Store(a.Mode)
+		c.nlink.Store(a.Nlink)
 	}
 	fillAttr(&out.Attr, a)
 	out.SetEntryTimeout(n.entryTimeoutIn())
@@ -336,6 +341,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	n.used()
 	n.mode.Store(a.Mode)
+	n.nlink.Store(a.Nlink)
 	fillAttr(&out.Attr, &a)
 	return 0
 }
@@ -376,7 +382,14 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	var a Attr
 	var err error
 	n.drain(false)
-	if set {
+	switch {
+	case n.fsys.writeback && timesOnly(in) && n.gone.Load():
+		// The kernel's write-back of the ctime the unlink gave the
+		// inode (fuse_update_ctime): the target removed the file
+		// (writeback.go, unlinked).
+		set = false
+		a = Attr{Ino: n.ino, Mode: n.mode.Load()}
+	case set:
 		octx := opContext(ctx)
 		if s.Size != nil && f != nil {
 			octx = handleContext(ctx, f) // ftruncate: the opener's right to write
@@ -385,7 +398,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if s.Size != nil && !n.fsys.writeback {
 			n.dataChanged()
 		}
-	} else {
+	default:
 		a, err = n.fsys.c.GetAttr(opContext(ctx), n.ino)
 	}
 	if err != nil && n.fsys.writeback && errnoOf(err) == syscall.ENOENT && timesOnly(in) {
@@ -404,6 +417,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		n.agree(&a)
 	}
 	n.mode.Store(a.Mode)
+	n.nlink.Store(a.Nlink)
 	fillAttr(&out.Attr, &a)
 	return 0
 }
@@ -515,7 +529,13 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	return errnoOf(n.fsys.c.Unlink(opContext(ctx), n.ino, name))
+	err := n.fsys.c.Unlink(opContext(ctx), n.ino, name)
+	if err == nil && n.fsys.writeback {
+		if c, ok := n.GetChild(name).Operations().(*node); ok {
+			c.unlinked()
+		}
+	}
+	return errnoOf(err)
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {

@@ -147,3 +147,23 @@ func timesOnly(in *fuse.SetAttrIn) bool {
 	const times = fuse.FATTR_ATIME | fuse.FATTR_MTIME | fuse.FATTR_ATIME_NOW | fuse.FATTR_MTIME_NOW | fuse.FATTR_CTIME | fuse.FATTR_FH | fuse.FATTR_LOCKOWNER
 	return in.Valid&times != 0 && in.Valid&^times == 0
 }
+
+// unlinked records that this mount removed one of the file's names. When
+// that was its last, as the mount last saw it, and no file of it is open
+// here, the target removed the file, unless another client holds it open
+// or linked it meanwhile. With the writeback cache the kernel then
+// writes back the ctime the unlink gave its inode, which the mount
+// answers itself (Setattr) instead of asking the target about a file
+// that is gone; an explicit utimensat through a name of such a file
+// cannot come, since it has none here.
+func (n *node) unlinked() {
+	if !n.wbFile() || n.nlink.Load() != 1 {
+		n.nlink.Store(max(n.nlink.Load(), 1) - 1)
+		return
+	}
+	n.mu.Lock()
+	gone := n.opens == 0
+	n.mu.Unlock()
+	n.nlink.Store(0)
+	n.gone.Store(gone)
+}

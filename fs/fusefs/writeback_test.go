@@ -196,3 +196,26 @@ func TestWritebackRemovedFile(t *testing.T) {
 	defer unix.Close(fd)
 	require.NoError(t, unix.Syncfs(fd))
 }
+
+// TestWritebackUnlink: the kernel writes back the ctime an unlink gives
+// the inode; for a file whose last name this mount removed the mount
+// answers that itself, so an unlink costs the target one request, as
+// without the writeback cache. Another name keeps the file, and its
+// times still go to the target.
+func TestWritebackUnlink(t *testing.T) {
+	mnt, m := mountMem(t, writeback)
+	p := filepath.Join(mnt, "f")
+	require.NoError(t, os.WriteFile(p, []byte("x"), 0o644))
+	setattrs := m.count("SetAttr")
+	require.NoError(t, os.Remove(p))
+	assert.Equal(t, setattrs, m.count("SetAttr"), "no SETATTR for a removed file")
+
+	require.NoError(t, os.WriteFile(p, []byte("x"), 0o644))
+	require.NoError(t, os.Link(p, filepath.Join(mnt, "g")))
+	require.NoError(t, os.Remove(p))
+	explicit := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	require.NoError(t, os.Chtimes(filepath.Join(mnt, "g"), explicit, explicit))
+	a, err := m.Lookup(context.Background(), RootIno, "g")
+	require.NoError(t, err)
+	assert.True(t, a.Mtime.Equal(explicit), "the file with a name left keeps its times: %v", a.Mtime)
+}
