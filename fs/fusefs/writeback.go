@@ -149,21 +149,20 @@ func timesOnly(in *fuse.SetAttrIn) bool {
 }
 
 // unlinked records that this mount removed one of the file's names. When
-// that was its last, as the mount last saw it, and no file of it is open
-// here, the target removed the file, unless another client holds it open
-// or linked it meanwhile. With the writeback cache the kernel then
-// writes back the ctime the unlink gave its inode, which the mount
-// answers itself (Setattr) instead of asking the target about a file
-// that is gone; an explicit utimensat through a name of such a file
-// cannot come, since it has none here.
+// that was its last, as the mount last saw it, the target removed the
+// file, or keeps it, nameless, for the files open on it. With the
+// writeback cache the kernel then writes back the ctime the unlink gave
+// its inode, which the mount answers itself (Setattr) instead of asking
+// the target about a file that is gone or that no one can name; the
+// kernel keeps the times of such a file for fstat itself.
 func (n *node) unlinked() {
-	if !n.wbFile() || n.nlink.Load() != 1 {
-		n.nlink.Store(max(n.nlink.Load(), 1) - 1)
+	if !n.wbFile() {
 		return
 	}
-	n.mu.Lock()
-	gone := n.opens == 0
-	n.mu.Unlock()
+	if l := n.nlink.Load(); l != 1 {
+		n.nlink.Store(max(l, 1) - 1)
+		return
+	}
 	n.nlink.Store(0)
-	n.gone.Store(gone)
+	n.gone.Store(true)
 }
