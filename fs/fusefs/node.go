@@ -51,7 +51,7 @@ type node struct {
 	// inc is the incarnation of ino the node belongs to (writeback.go).
 	inc uint64
 
-	mu sync.Mutex // guards seen, seenValid and opens
+	mu sync.Mutex // guards seen, seenValid, opens and openedOnce
 	// seen is the data-relevant part of the attributes at the last open
 	// (size, mtime, ctime); the kernel's page cache of the file holds
 	// data no older than that. It is cleared when this mount changes the
@@ -72,8 +72,8 @@ type node struct {
 	// mode and nlink are those of the last attributes seen for the node.
 	mode  atomic.Uint32
 	nlink atomic.Uint32
-	// gone: this mount removed the file's last name while no file of it
-	// was open here (writeback.go, Unlink).
+	// gone: this mount removed the file's last name (writeback.go,
+	// unlinked).
 	gone atomic.Bool
 
 	locks lockTable // fcntl and flock locks of this mount's opens
