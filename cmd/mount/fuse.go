@@ -108,12 +108,26 @@ const unmountSyncTimeout = 5 * time.Second
 // rule names unmount as a sync point, as a local file system writes
 // everything back when it is unmounted). It waits at most
 // unmountSyncTimeout: a target that is gone has nothing to sync, and the
-// mount must not outlive a stop signal by a reconnect timeout.
+// mount must not outlive a stop signal by a reconnect timeout. A command
+// the client has sent waits for its answer or for the connection to be
+// given up (the reconnect timeout), whatever its context says, so the
+// wait is here: the process exits after it either way.
 func syncAtUnmount(client fusefs.Client, logger *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), unmountSyncTimeout)
+	syncWithin(client, logger, unmountSyncTimeout)
+}
+
+func syncWithin(client fusefs.Client, logger *slog.Logger, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	if err := client.Fsync(ctx, fusefs.RootIno, 0, false); err != nil {
-		logger.Warn("mount: syncing the file system at unmount failed", "err", err)
+	done := make(chan error, 1)
+	go func() { done <- client.Fsync(ctx, fusefs.RootIno, 0, false) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			logger.Warn("mount: syncing the file system at unmount failed", "err", err)
+		}
+	case <-ctx.Done():
+		logger.Warn("mount: syncing the file system at unmount did not finish; exiting without it", "waited", limit)
 	}
 }
 
