@@ -114,6 +114,7 @@ func TestWriteBehindErrors(t *testing.T) {
 			require.NoError(t, err)
 			_, err = f.Write(pattern8K())
 			require.NoError(t, err, "buffered")
+			writes := m.count("Write")
 			m.setFail(syscall.ENOSPC)
 			switch when {
 			case "close":
@@ -124,8 +125,11 @@ func TestWriteBehindErrors(t *testing.T) {
 				assert.ErrorIs(t, f.Sync(), syscall.ENOSPC)
 			case "write":
 				// The timer sends the buffer, which fails; the next
-				// write reports it.
-				time.Sleep(3 * wbDelay)
+				// write reports it. (Waiting for the target to see the
+				// write, not a fixed time: under -race on a busy
+				// machine 300 ms were once not enough.)
+				require.Eventually(t, func() bool { return m.count("Write") > writes }, 10*time.Second, 5*time.Millisecond)
+				time.Sleep(wbDelay) // for the refusal to reach the mount
 				_, err = f.Write(pattern8K())
 				assert.ErrorIs(t, err, syscall.ENOSPC)
 			}
