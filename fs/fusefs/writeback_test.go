@@ -16,6 +16,42 @@ import (
 
 var writeback = Options{AttrTimeout: time.Hour, EntryTimeout: time.Hour, WritebackCache: true}
 
+// wbFile mounts an in-memory file service with the writeback cache,
+// writes data to the file name through the mount, and returns the mount,
+// the client and the file's attributes as the target has them.
+func wbFile(t *testing.T, name, data string) (string, *memClient, Attr) {
+	t.Helper()
+	mnt, m := mountMem(t, writeback)
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, name), []byte(data), 0o644))
+	a, err := m.Lookup(context.Background(), RootIno, name)
+	require.NoError(t, err)
+	return mnt, m, a
+}
+
+// rewrite writes data over the file ino from its start as another
+// client would (truncating it first when trunc), behind the mount.
+func rewrite(t *testing.T, m *memClient, ino Ino, data string, trunc bool) {
+	t.Helper()
+	ctx := context.Background()
+	h, err := m.Open(ctx, ino, syscall.O_RDWR)
+	require.NoError(t, err)
+	if trunc {
+		_, err = m.SetAttr(ctx, ino, SetAttr{Size: new(uint64(0))})
+		require.NoError(t, err)
+	}
+	_, err = m.Write(ctx, ino, h, []byte(data), 0)
+	require.NoError(t, err)
+	require.NoError(t, m.Release(ctx, ino, h))
+}
+
+// readString reads the file at path through the mount.
+func readString(t *testing.T, path string) string {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(got)
+}
+
 // TestWritebackCoalesces: with the kernel's writeback cache, small
 // writes reach the target in a few large WRITEs, by close at the latest,
 // and the mount reads its own writes back before that.
@@ -66,28 +102,10 @@ func TestWritebackCoalesces(t *testing.T) {
 // inode, the next open gets the new one); st_ino stays the target's
 // throughout.
 func TestWritebackOtherClient(t *testing.T) {
-	mnt, m := mountMem(t, writeback)
+	mnt, m, a := wbFile(t, "f", "one")
 	path := filepath.Join(mnt, "f")
-	require.NoError(t, os.WriteFile(path, []byte("one"), 0o644))
-	ctx := context.Background()
-	a, err := m.Lookup(ctx, RootIno, "f")
-	require.NoError(t, err)
-	other := func(data string) {
-		t.Helper()
-		h, err := m.Open(ctx, a.Ino, syscall.O_RDWR)
-		require.NoError(t, err)
-		_, err = m.SetAttr(ctx, a.Ino, SetAttr{Size: new(uint64(0))})
-		require.NoError(t, err)
-		_, err = m.Write(ctx, a.Ino, h, []byte(data), 0)
-		require.NoError(t, err)
-		require.NoError(t, m.Release(ctx, a.Ino, h))
-	}
-	read := func() string {
-		t.Helper()
-		got, err := os.ReadFile(path)
-		require.NoError(t, err)
-		return string(got)
-	}
+	other := func(data string) { rewrite(t, m, a.Ino, data, true) }
+	read := func() string { return readString(t, path) }
 	require.Equal(t, "one", read())
 
 	other("two, and longer")
@@ -126,12 +144,9 @@ func TestWritebackOtherClient(t *testing.T) {
 // beside it, so that a truncate or touch needs only write access and an
 // explicit time stays an explicit time.
 func TestWritebackTimes(t *testing.T) {
-	mnt, m := mountMem(t, writeback)
+	mnt, m, a := wbFile(t, "f", "x")
 	path := filepath.Join(mnt, "f")
-	require.NoError(t, os.WriteFile(path, []byte("x"), 0o644))
 	ctx := context.Background()
-	a, err := m.Lookup(ctx, RootIno, "f")
-	require.NoError(t, err)
 
 	explicit := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC)
 	require.NoError(t, os.Chtimes(path, explicit, explicit))
@@ -153,27 +168,11 @@ func TestWritebackTimes(t *testing.T) {
 // (the kernel retries an open only once, so that retry must get a node
 // never opened).
 func TestWritebackHardLinks(t *testing.T) {
-	mnt, m := mountMem(t, writeback)
+	mnt, m, at := wbFile(t, "a", "v0")
 	a, b := filepath.Join(mnt, "a"), filepath.Join(mnt, "b")
-	require.NoError(t, os.WriteFile(a, []byte("v0"), 0o644))
 	require.NoError(t, os.Link(a, b))
-	ctx := context.Background()
-	at, err := m.Lookup(ctx, RootIno, "a")
-	require.NoError(t, err)
-	other := func(data string) {
-		t.Helper()
-		h, err := m.Open(ctx, at.Ino, syscall.O_RDWR)
-		require.NoError(t, err)
-		_, err = m.Write(ctx, at.Ino, h, []byte(data), 0)
-		require.NoError(t, err)
-		require.NoError(t, m.Release(ctx, at.Ino, h))
-	}
-	read := func(p string) string {
-		t.Helper()
-		got, err := os.ReadFile(p)
-		require.NoError(t, err)
-		return string(got)
-	}
+	other := func(data string) { rewrite(t, m, at.Ino, data, false) }
+	read := func(p string) string { return readString(t, p) }
 	require.Equal(t, "v0", read(a))
 	require.Equal(t, "v0", read(b))
 	other("v1, longer")
