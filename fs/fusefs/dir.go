@@ -38,6 +38,7 @@ var (
 	_ = (fs.FileLookuper)((*dirHandle)(nil))
 	_ = (fs.FileSeekdirer)((*dirHandle)(nil))
 	_ = (fs.FileReleasedirer)((*dirHandle)(nil))
+	_ = (fs.FileFsyncdirer)((*dirHandle)(nil))
 )
 
 // OpendirHandle opens a directory for listing. The kernel's directory
@@ -116,4 +117,11 @@ func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
 	if d.open {
 		_ = d.n.fsys.c.Release(opContext(ctx), d.n.ino, d.h)
 	}
+}
+
+// Fsyncdir makes the directory's entries durable on the target: an FSYNC
+// of the directory, which the target's durability rule (fs/server's
+// doc.go) makes a sync of the namespace.
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	return errnoOf(d.n.fsys.c.Fsync(opContext(ctx), d.n.ino, d.h, flags&1 != 0))
 }

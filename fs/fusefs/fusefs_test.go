@@ -600,3 +600,17 @@ func TestEntryTimeoutGuard(t *testing.T) {
 		assert.Equal(t, c.want, n.entryTimeoutIn(), "guarded %v, mode %#o", c.guarded, c.mode)
 	}
 }
+
+// TestFsyncdir: fsync of a directory reaches the target as an FSYNC of
+// that directory (the target's sync point for its entries).
+func TestFsyncdir(t *testing.T) {
+	mnt, m := mountMem(t, cached)
+	require.NoError(t, os.Mkdir(filepath.Join(mnt, "d"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, "d", "f"), []byte("x"), 0o644))
+	d, err := os.Open(filepath.Join(mnt, "d"))
+	require.NoError(t, err)
+	defer d.Close()
+	syncs := m.count("Fsync")
+	require.NoError(t, d.Sync())
+	assert.Equal(t, syncs+1, m.count("Fsync"))
+}
