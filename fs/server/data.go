@@ -93,6 +93,13 @@ func (s *Server) read(c *cred, ino uint64, off int64, buf []byte) (int, error) {
 	if err := s.checkData(c, ino, n, mayRead); err != nil {
 		return 0, err
 	}
+	return s.readLocked(ino, e, off, buf)
+}
+
+// readLocked is read's body, for a regular file whose data lock the
+// caller holds (shared or not) and whose cached entry is e.
+func (s *Server) readLocked(ino uint64, e *icacheEntry, off int64, buf []byte) (int, error) {
+	n := &e.n
 	if off >= int64(n.Size) {
 		return 0, nil
 	}
@@ -197,16 +204,22 @@ func (s *Server) write(c *cred, ino uint64, off int64, data []byte, appending bo
 	if err != nil {
 		return 0, err
 	}
-	n, inline := &e.n, e.data // the cache's: not to be changed
 	switch {
-	case n.isDir():
+	case e.n.isDir():
 		return 0, syscall.EISDIR
-	case !n.isReg():
+	case !e.n.isReg():
 		return 0, syscall.EINVAL
 	}
-	if err := s.checkData(c, ino, n, mayWrite); err != nil {
+	if err := s.checkData(c, ino, &e.n, mayWrite); err != nil {
 		return 0, err
 	}
+	return s.writeLocked(c, ino, e, off, data, appending)
+}
+
+// writeLocked is write's body, for a regular file whose data lock the
+// caller holds and whose cached entry is e, as c.
+func (s *Server) writeLocked(c *cred, ino uint64, e *icacheEntry, off int64, data []byte, appending bool) (int, error) {
+	n, inline := &e.n, e.data // the cache's: not to be changed
 	kill := !c.root() && n.Mode&(sISUID|sISGID) != 0
 	if appending {
 		off = int64(n.Size)
@@ -738,22 +751,113 @@ func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) 
 	}
 	now := s.opt.Now().UnixNano()
 	end := off + length
+	size := int64(n.Size)
 	switch mode {
 	case 0, proto.FallocKeep:
 		if end > maxFileSize {
 			return syscall.EFBIG
 		}
-		if grow := end - int64(n.Size); grow > 0 && s.used.Load()+grow > s.opt.Capacity {
+		if grow := end - size; grow > 0 && s.used.Load()+grow > s.opt.Capacity {
 			return syscall.ENOSPC
 		}
-		if mode == 0 && end > int64(n.Size) {
+		if mode == 0 && end > size {
 			return s.truncateLocked(ino, n, end, now)
 		}
 		return nil
 	case proto.FallocPunch | proto.FallocKeep:
+		return s.punchLocked(ino, n, off, end, now)
+	case proto.FallocZero, proto.FallocZero | proto.FallocKeep:
+		// Zeros read back from [off, end): a hole where the file has
+		// data, and the size grows to end unless asked not to.
+		if end > maxFileSize {
+			return syscall.EFBIG
+		}
+		if err := s.punchLocked(ino, n, off, end, now); err != nil {
+			return err
+		}
+		if mode&proto.FallocKeep != 0 || end <= size {
+			return nil
+		}
+		if n, err = s.inodeOf(ino); err != nil {
+			return err
+		}
+		return s.truncateLocked(ino, n, end, now)
+	case proto.FallocCollapse:
+		// The range goes and what follows it moves down over it; as on
+		// Linux the range is whole blocks and ends inside the file.
+		if off%rangeBlock != 0 || length%rangeBlock != 0 || end >= size {
+			return syscall.EINVAL
+		}
+		if err := s.moveLocked(c, ino, end, off, size-end); err != nil {
+			return err
+		}
+		if n, err = s.inodeOf(ino); err != nil {
+			return err
+		}
+		return s.truncateLocked(ino, n, size-length, now)
+	case proto.FallocInsert:
+		// A hole of length bytes opens at off, which must be inside the
+		// file, and what follows moves up.
+		if off%rangeBlock != 0 || length%rangeBlock != 0 || off >= size {
+			return syscall.EINVAL
+		}
+		if size+length > maxFileSize || size+length < size {
+			return syscall.EFBIG
+		}
+		if err := s.moveLocked(c, ino, off, off+length, size-off); err != nil {
+			return err
+		}
+		if n, err = s.inodeOf(ino); err != nil {
+			return err
+		}
+		return s.punchLocked(ino, n, off, end, now)
 	default:
 		return syscall.EOPNOTSUPP
 	}
+}
+
+// rangeBlock is the unit of FALLOCATE's collapse and insert ranges: the
+// block size stat reports.
+const rangeBlock = 4096
+
+// moveChunk is how much moveLocked copies at a time.
+const moveChunk = 1 << 20
+
+// moveLocked copies n bytes of the file from src to dst, as c, holding
+// its data lock: in ascending order when moving down, descending when
+// moving up, so that overlapping ranges come out right. The bytes never
+// leave the server.
+func (s *Server) moveLocked(c *cred, ino uint64, src, dst, n int64) error {
+	buf := make([]byte, min(n, moveChunk))
+	for done := int64(0); done < n; {
+		k := min(n-done, int64(len(buf)))
+		at := done
+		if dst > src {
+			at = n - done - k
+		}
+		e, err := s.loadInode(ino)
+		if err != nil {
+			return err
+		}
+		m, err := s.readLocked(ino, e, src+at, buf[:k])
+		if err != nil {
+			return err
+		}
+		clear(buf[m:k]) // past the end reads as zeros
+		if e, err = s.loadInode(ino); err != nil {
+			return err
+		}
+		if _, err := s.writeLocked(c, ino, e, dst+at, buf[:k], false); err != nil {
+			return err
+		}
+		done += k
+	}
+	return nil
+}
+
+// punchLocked makes [off, end) of the file read as zeros, within its
+// size, freeing the chunks it covers whole, holding its data lock.
+func (s *Server) punchLocked(ino uint64, n *inode, off, end, now int64) error {
 	size := int64(n.Size)
 	end = min(end, size)
 	if off >= end {
@@ -766,7 +870,9 @@ func (s *Server) fallocate(c *cred, ino uint64, mode uint32, off, length int64) 
 				return err
 			}
 			d := append([]byte(nil), tx.Bucket(bucketData).Get(inoKey(ino))...)
-			clear(d[off:min(end, int64(len(d)))])
+			if off < int64(len(d)) { // past the stored bytes the file reads as zeros already
+				clear(d[off:min(end, int64(len(d)))])
+			}
 			m.Mtime, m.Ctime = now, now
 			if err := s.putData(tx, ino, d); err != nil {
 				return err

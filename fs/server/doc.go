@@ -282,6 +282,18 @@
 // the metadata database's file system. Capacity, when set, bounds both
 // what STATFS reports and what writes may fill.
 //
+// FALLOCATE follows Linux: mode 0 grows the file, KEEP_SIZE checks the
+// room only (the store is thin, so nothing is reserved), PUNCH_HOLE
+// frees the chunks it covers whole and writes zeros over the rest, and
+// ZERO_RANGE does the same, growing the file unless KEEP_SIZE. COLLAPSE
+// and INSERT take whole 4 KiB blocks (EINVAL otherwise, and for a
+// collapse that reaches the end or an insert at or past it) and move
+// the bytes after the range down over it or up past a new hole: the
+// server copies them itself, a MiB at a time under the file's data
+// lock, so they never cross the network. (The kernel's FUSE refuses
+// COLLAPSE and INSERT before they reach a mount; the Go client can send
+// them.)
+//
 // # Concurrency
 //
 // The Server's methods are safe for concurrent use. Writing

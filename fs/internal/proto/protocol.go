@@ -61,8 +61,10 @@
 // 400h); WRITE flags bit 0 is append (write at the end of the file, which
 // the server finds); FSYNC flags bit 0 is datasync; RENAME flags are
 // renameat2's (NOREPLACE 1, EXCHANGE 2); SETXATTR flags are setxattr's
-// (CREATE 1, REPLACE 2); FALLOCATE mode is fallocate's (KEEP_SIZE 1,
-// PUNCH_HOLE 2). Fields marked "-" are reserved: zero. The handle of
+// (CREATE 1, REPLACE 2); FALLOCATE mode is fallocate's (0, KEEP_SIZE 1,
+// PUNCH_HOLE|KEEP_SIZE 3, COLLAPSE_RANGE 8, ZERO_RANGE 10h with or
+// without KEEP_SIZE, INSERT_RANGE 20h; others are EOPNOTSUPP). Fields
+// marked "-" are reserved: zero. The handle of
 // RELEASE is the one CREATE or OPEN returned. ACCESS masks are
 // access(2)'s (R 4, W 2, X 1; 0 asks whether the inode exists).
 //

@@ -104,14 +104,17 @@ func OpName(op nvmeof.Opcode) string {
 
 // Flag values.
 const (
-	WriteAppend  = 1 // WRITE CDW14
-	FsyncData    = 1 // FSYNC CDW14
-	RenameNoRepl = 1 // RENAME CDW14
-	RenameExch   = 2
-	XattrCreate  = 1 // SETXATTR CDW14
-	XattrReplace = 2
-	FallocKeep   = 1 // FALLOCATE CDW14
-	FallocPunch  = 2
+	WriteAppend    = 1 // WRITE CDW14
+	FsyncData      = 1 // FSYNC CDW14
+	RenameNoRepl   = 1 // RENAME CDW14
+	RenameExch     = 2
+	XattrCreate    = 1 // SETXATTR CDW14
+	XattrReplace   = 2
+	FallocKeep     = 0x01 // FALLOCATE CDW14: Linux's FALLOC_FL_* values
+	FallocPunch    = 0x02
+	FallocCollapse = 0x08
+	FallocZero     = 0x10
+	FallocInsert   = 0x20
 )
 
 // Limits.
