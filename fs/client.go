@@ -741,6 +741,34 @@ func (c *Client) Fallocate(ctx context.Context, ino Ino, h Handle, mode uint32, 
 		cdw2: proto.Lo(uint64(length)), cdw3: proto.Hi(uint64(length)), idem: true})
 }
 
+// CopyFileRange copies up to length bytes of the file src from srcOff to
+// the file dst at dstOff inside the target (COPYRANGE), without the data
+// crossing the network, as copy_file_range(2) does; it returns the bytes
+// copied, fewer than length only at src's end. It runs as the caller of
+// ctx, who needs read access to src and write access to dst (by mode, or
+// by handles that caller opened).
+func (c *Client) CopyFileRange(ctx context.Context, src Ino, srcOff int64, dst Ino, dstOff int64, length int64) (int64, error) {
+	if srcOff < 0 || dstOff < 0 || length < 0 {
+		return 0, syscall.EINVAL
+	}
+	var rec [proto.CopyRangeSize]byte
+	done := int64(0)
+	for done < length {
+		k := min(length-done, proto.MaxCopyRange)
+		r := proto.CopyRange{Ino: uint64(src), Off: uint64(srcOff + done), Length: uint64(k)}
+		r.MarshalTo(rec[:])
+		call := &call{op: proto.OpCopyRange, a0: uint64(dst), a1: uint64(dstOff + done), in: rec[:], idem: true}
+		if err := c.do(ctx, call); err != nil {
+			return done, err
+		}
+		done += int64(call.dw1)
+		if int64(call.dw1) < k {
+			break
+		}
+	}
+	return done, nil
+}
+
 // readDirBuffer is the reply buffer of one READDIR round trip.
 const readDirBuffer = 64 << 10
 

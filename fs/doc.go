@@ -15,11 +15,13 @@
 //
 // The inode API on Client (Lookup, GetAttr, SetAttr, Mknod, Mkdir, Create,
 // Symlink, Readlink, Link, Unlink, Rmdir, Rename, Open, OpenAttr, Access,
-// Release, Read, Write, WriteAppend, Fsync, Fallocate, ReadDir, StatFS and
-// the xattr methods) is one round trip per call, except Read, Write and
-// ReadDir, which split what one command cannot carry (Read and Write in
-// pieces of the controller's transfer size, sent in parallel; ReadDir in
-// pages of 64 KiB). The FUSE mount (fs/fusefs) is built on it.
+// Release, Read, Write, WriteAppend, Fsync, Fallocate, CopyFileRange,
+// ReadDir, StatFS and the xattr methods) is one round trip per call,
+// except Read, Write, CopyFileRange and ReadDir, which split what one
+// command cannot carry (Read and Write in pieces of the controller's
+// transfer size, sent in parallel; CopyFileRange, which the target does
+// itself, in GiB; ReadDir in pages of 64 KiB). The FUSE mount
+// (fs/fusefs) is built on it.
 //
 // The path view, FS (c.FS()), is io/fs.FS, fs.StatFS, fs.ReadDirFS,
 // fs.ReadFileFS and fs.ReadLinkFS, plus Create, OpenFile, Mkdir, MkdirAll,

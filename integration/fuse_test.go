@@ -623,3 +623,46 @@ func TestFUSEFallocate(t *testing.T) {
 	require.NoError(t, c.Release(ctx, a.Ino, h))
 	check("collapse and insert through the client")
 }
+
+// TestFUSECopyFileRange: copy_file_range(2) through the mount, which the
+// target does itself (COPYRANGE), across chunks and into the middle of a
+// file, and the same through the Go client; every byte read back.
+func TestFUSECopyFileRange(t *testing.T) {
+	_, shm, _ := startFileTarget(t, t.TempDir())
+	m := mountFUSE(t, shm)
+	r := rand.New(rand.NewPCG(9, 9))
+	data := make([]byte, 3<<20+17)
+	for i := range data {
+		data[i] = byte(r.Uint32())
+	}
+	require.NoError(t, os.WriteFile(m.path("src"), data, 0o644))
+	require.NoError(t, os.WriteFile(m.path("dst"), []byte("head"), 0o644))
+	in, err := os.Open(m.path("src"))
+	require.NoError(t, err)
+	defer in.Close()
+	out, err := os.OpenFile(m.path("dst"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	offIn, offOut := int64(12345), int64(2)
+	var copied int
+	for copied < 2<<20 {
+		n, err := unix.CopyFileRange(int(in.Fd()), &offIn, int(out.Fd()), &offOut, 2<<20-copied, 0)
+		require.NoError(t, err)
+		require.Positive(t, n)
+		copied += n
+	}
+	require.NoError(t, out.Close())
+	want := append([]byte("he"), data[12345:12345+2<<20]...)
+	requireContent(t, m.path("dst"), want)
+
+	c := dialFiles(t, shm)
+	ctx := context.Background()
+	s, err := c.Lookup(ctx, capfs.RootIno, "src")
+	require.NoError(t, err)
+	d, err := c.Lookup(ctx, capfs.RootIno, "dst")
+	require.NoError(t, err)
+	n, err := c.CopyFileRange(ctx, s.Ino, 3<<20, d.Ino, 100, 1000)
+	require.NoError(t, err)
+	require.Equal(t, int64(17), n, "the source ends 17 bytes in")
+	copy(want[100:], data[3<<20:])
+	requireContent(t, m.path("dst"), want)
+}

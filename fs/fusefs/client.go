@@ -69,3 +69,11 @@ type openAttrer interface {
 }
 
 var _ openAttrer = (*capfs.Client)(nil)
+
+// copier is a Client that copies file ranges inside the target
+// (*capfs.Client.CopyFileRange).
+type copier interface {
+	CopyFileRange(ctx context.Context, src Ino, srcOff int64, dst Ino, dstOff int64, length int64) (int64, error)
+}
+
+var _ copier = (*capfs.Client)(nil)

@@ -140,6 +140,15 @@
 // kernel sees, so telldir/seekdir and listings of any size work, and the
 // attributes in each page answer the kernel's per-entry lookups.
 //
+// # Copies and fallocate
+//
+// copy_file_range(2) between files of the mount is one COPYRANGE: the
+// target copies the bytes itself, so they cross neither the network nor
+// the mount. fallocate passes its mode to the target, which does what
+// Linux does for each; the kernel's FUSE itself refuses collapse and
+// insert ranges (EOPNOTSUPP) before they reach a mount. fsync of a
+// directory is an FSYNC of it on the target.
+//
 // # Errors, interrupts and a lost target
 //
 // Every reply's errno is the syscall.Errno the client returns (errors

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -613,4 +614,42 @@ func TestFsyncdir(t *testing.T) {
 	syncs := m.count("Fsync")
 	require.NoError(t, d.Sync())
 	assert.Equal(t, syncs+1, m.count("Fsync"))
+}
+
+// TestCopyFileRange: copy_file_range(2) through the mount is one
+// COPYRANGE of the client, with or without the writeback cache (whose
+// dirty pages of the source the kernel writes back first), and reads
+// back right in the same mount.
+func TestCopyFileRange(t *testing.T) {
+	for _, wb := range []bool{false, true} {
+		t.Run(fmt.Sprintf("writeback=%v", wb), func(t *testing.T) {
+			o := cached
+			o.WritebackCache = wb
+			mnt, m := mountMem(t, o)
+			data := make([]byte, 200<<10)
+			for i := range data {
+				data[i] = byte(i*13 + 5)
+			}
+			src, dst := filepath.Join(mnt, "src"), filepath.Join(mnt, "dst")
+			require.NoError(t, os.WriteFile(src, data, 0o644))
+			require.NoError(t, os.WriteFile(dst, []byte("0123456789"), 0o644))
+			in, err := os.Open(src)
+			require.NoError(t, err)
+			defer in.Close()
+			out, err := os.OpenFile(dst, os.O_RDWR, 0)
+			require.NoError(t, err)
+			defer out.Close()
+			copies := m.count("CopyFileRange")
+			offIn, offOut := int64(1000), int64(5)
+			n, err := unix.CopyFileRange(int(in.Fd()), &offIn, int(out.Fd()), &offOut, 150<<10, 0)
+			require.NoError(t, err)
+			require.Equal(t, 150<<10, n)
+			assert.Equal(t, copies+1, m.count("CopyFileRange"), "one copy in the client")
+			want := append([]byte("01234"), data[1000:1000+150<<10]...)
+			got := make([]byte, len(want)+1)
+			k, err := out.ReadAt(got, 0)
+			require.ErrorIs(t, err, io.EOF)
+			require.Equal(t, want, got[:k])
+		})
+	}
 }

@@ -840,3 +840,30 @@ func (m *memClient) RemoveXattr(ctx context.Context, ino Ino, name string) error
 }
 
 var _ Client = (*memClient)(nil)
+
+// CopyFileRange copies inside the client, as the target does.
+func (m *memClient) CopyFileRange(ctx context.Context, src Ino, srcOff int64, dst Ino, dstOff int64, length int64) (int64, error) {
+	m.mu.Lock()
+	e := m.called("CopyFileRange")
+	m.mu.Unlock()
+	if e != 0 {
+		return 0, e
+	}
+	hs, err := m.Open(ctx, src, syscall.O_RDONLY)
+	if err != nil {
+		return 0, err
+	}
+	defer m.Release(ctx, src, hs)
+	hd, err := m.Open(ctx, dst, syscall.O_WRONLY)
+	if err != nil {
+		return 0, err
+	}
+	defer m.Release(ctx, dst, hd)
+	buf := make([]byte, length)
+	n, err := m.Read(ctx, src, hs, buf, srcOff)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	_, err = m.Write(ctx, dst, hd, buf[:n], dstOff)
+	return int64(n), err
+}

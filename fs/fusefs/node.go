@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -126,6 +127,7 @@ var (
 	_ = (fs.NodeRemovexattrer)((*node)(nil))
 	_ = (fs.NodeOpendirHandler)((*node)(nil))
 	_ = (fs.NodeAccesser)((*node)(nil))
+	_ = (fs.NodeCopyFileRanger)((*node)(nil))
 )
 
 // accesser is a Client that answers access(2) (*capfs.Client.Access).
@@ -707,6 +709,34 @@ func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size u
 	err := n.fsys.c.Fallocate(handleContext(ctx, f), n.ino, handleOf(f), mode, int64(off), int64(size))
 	n.dataChanged()
 	return errnoOf(err)
+}
+
+// CopyFileRange copies inside the target (COPYRANGE), so the bytes of
+// copy_file_range(2) cross neither the network nor this process. It runs
+// with the credentials that opened the destination; a client without
+// the operation answers ENOSYS, and the kernel copies through the page
+// cache instead. The kernel writes back both files' dirty pages of the
+// ranges first and drops the destination's after.
+func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode, fhOut fs.FileHandle,
+	offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	cp, ok := n.fsys.c.(copier)
+	dst, isNode := out.Operations().(*node)
+	if !ok || !isNode {
+		return 0, syscall.ENOSYS
+	}
+	if flags != 0 {
+		return 0, syscall.EINVAL
+	}
+	n.drain(false)
+	dst.drain(false)
+	m, err := cp.CopyFileRange(handleContext(ctx, fhOut), n.ino, int64(offIn), dst.ino, int64(offOut), int64(min(length, math.MaxUint32&^(4<<10-1))))
+	if m > 0 {
+		dst.dataChanged()
+	}
+	if err != nil && m == 0 {
+		return 0, errnoOf(err)
+	}
+	return uint32(m), 0
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

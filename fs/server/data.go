@@ -914,3 +914,45 @@ func (s *Server) punchLocked(ino uint64, n *inode, off, end, now int64) error {
 		return s.putInode(tx, ino, m)
 	})
 }
+
+// copyRange copies up to length bytes of the file src from srcOff to
+// the file dst at dstOff, as c (read access to src, write access to dst,
+// each by mode or by an open handle as for READ and WRITE), a MiB at a
+// time through the server's memory: the bytes never cross the network.
+// It stops at src's end and returns the bytes copied. Overlapping ranges
+// of one file are EINVAL, as for copy_file_range(2).
+func (s *Server) copyRange(c *cred, src uint64, srcOff int64, dst uint64, dstOff int64, length int64) (int, error) {
+	if srcOff < 0 || dstOff < 0 || length < 0 || srcOff+length < srcOff || dstOff+length < dstOff {
+		return 0, syscall.EINVAL
+	}
+	if src == dst && srcOff < dstOff+length && dstOff < srcOff+length {
+		return 0, syscall.EINVAL
+	}
+	if n, err := s.inodeOf(dst); err != nil {
+		return 0, err
+	} else if n.isDir() {
+		return 0, syscall.EISDIR
+	} else if !n.isReg() {
+		return 0, syscall.EINVAL
+	}
+	buf := make([]byte, min(length, moveChunk))
+	done := int64(0)
+	for done < length {
+		k := min(length-done, int64(len(buf)))
+		m, err := s.read(c, src, srcOff+done, buf[:k])
+		if err != nil {
+			return int(done), err
+		}
+		if m == 0 {
+			break
+		}
+		if _, err := s.write(c, dst, dstOff+done, buf[:m], false); err != nil {
+			return int(done), err
+		}
+		done += int64(m)
+		if int64(m) < k {
+			break
+		}
+	}
+	return int(done), nil
+}

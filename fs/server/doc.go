@@ -292,7 +292,10 @@
 // server copies them itself, a MiB at a time under the file's data
 // lock, so they never cross the network. (The kernel's FUSE refuses
 // COLLAPSE and INSERT before they reach a mount; the Go client can send
-// them.)
+// them.) COPYRANGE, copy_file_range(2), copies between files (or within
+// one, not overlapping) the same way, as its caller, with read access to
+// the source and write access to the destination, up to the source's
+// end.
 //
 // # Concurrency
 //

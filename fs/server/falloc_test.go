@@ -112,3 +112,57 @@ func TestFallocateModes(t *testing.T) {
 	requireErrno(t, syscall.EINVAL, s.fallocate(rootCred, ino, proto.FallocInsert, 0, 100), "unaligned")
 	requireErrno(t, syscall.EOPNOTSUPP, s.fallocate(rootCred, ino, 0x40, 0, rangeBlock), "unshare")
 }
+
+// TestCopyRange: COPYRANGE copies between files and within one, across
+// inline data and chunks, stops at the source's end, refuses
+// overlapping ranges of one file, and holds its caller to read access
+// on the source.
+func TestCopyRange(t *testing.T) {
+	s := newServer(t, testOptions())
+	src, hs, err := s.create(rootCred, root, []byte("src"), 0o600, 0, 0, 0)
+	require.NoError(t, err)
+	defer s.release(src.Ino, hs)
+	dst, hd, err := s.create(rootCred, root, []byte("dst"), 0o666, 0, 0, 0)
+	require.NoError(t, err)
+	defer s.release(dst.Ino, hd)
+	data := make([]byte, 30000)
+	for i := range data {
+		data[i] = byte(i*7 + 1)
+	}
+	_, err = s.write(rootCred, src.Ino, 0, data, false)
+	require.NoError(t, err)
+	read := func(ino uint64) []byte {
+		a, err := s.getAttr(ino)
+		require.NoError(t, err)
+		b := make([]byte, a.Size)
+		n, err := s.read(rootCred, ino, 0, b)
+		require.NoError(t, err)
+		return b[:n]
+	}
+
+	n, err := s.copyRange(rootCred, src.Ino, 1000, dst.Ino, 300, 20000)
+	require.NoError(t, err)
+	require.Equal(t, 20000, n)
+	want := append(make([]byte, 300), data[1000:21000]...)
+	require.Equal(t, want, read(dst.Ino))
+
+	n, err = s.copyRange(rootCred, src.Ino, 25000, dst.Ino, 0, 100000)
+	require.NoError(t, err)
+	require.Equal(t, 5000, n, "stops at the source's end")
+	copy(want, data[25000:])
+	require.Equal(t, want, read(dst.Ino))
+
+	n, err = s.copyRange(rootCred, src.Ino, 35000, dst.Ino, 0, 100)
+	require.NoError(t, err)
+	require.Equal(t, 0, n, "nothing from past the source's end")
+	n, err = s.copyRange(rootCred, src.Ino, 0, src.Ino, 30000, 100)
+	require.NoError(t, err)
+	require.Equal(t, 100, n, "within one file")
+	require.Equal(t, data[:100], read(src.Ino)[30000:])
+	_, err = s.copyRange(rootCred, src.Ino, 0, src.Ino, 50, 100)
+	requireErrno(t, syscall.EINVAL, err, "overlapping")
+
+	_, err = s.copyRange(bob, src.Ino, 0, dst.Ino, 0, 10)
+	requireErrno(t, syscall.EACCES, err, "the source is 0600, root's")
+	checkInvariants(t, s)
+}

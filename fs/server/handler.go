@@ -51,6 +51,7 @@ var usedFields = map[nvmeof.Opcode]uint8{
 	proto.OpReadDir: useIno | use12 | use13, proto.OpReadDirPlus: useIno | use12 | use13, proto.OpStatFS: 0,
 	proto.OpFallocate: useIno | use12 | use13 | use14, proto.OpGetXattr: useIno, proto.OpSetXattr: useIno | use14 | use15,
 	proto.OpListXattr: useIno, proto.OpRemoveXattr: useIno, proto.OpCred: useIno, proto.OpAccess: useIno | use14,
+	proto.OpCopyRange: useIno | use12,
 }
 
 // reservedSet reports whether cmd sets a field its operation does not use.
@@ -89,6 +90,10 @@ func (s *Server) PrepareVendor(cmd *nvmeof.Command, dataLen, payloadLen int) nvm
 		}
 	case proto.OpCred:
 		if dataLen < proto.CredFixed || dataLen > proto.CredFixed+4*proto.MaxGroups {
+			return nvmeof.StatusInvalidField
+		}
+	case proto.OpCopyRange:
+		if dataLen != proto.CopyRangeSize {
 			return nvmeof.StatusInvalidField
 		}
 	case proto.OpSymlink, proto.OpRename, proto.OpSetXattr:
@@ -255,6 +260,12 @@ func (s *Server) execute(c *target.VendorCommand, cr *cred) (int, error) {
 		return 0, s.registerCred(a0, in)
 	case proto.OpAccess:
 		return 0, s.access(cr, a0, cmd.CDW14)
+	case proto.OpCopyRange:
+		var src proto.CopyRange
+		if err := src.Unmarshal(in); err != nil {
+			return 0, syscall.EINVAL
+		}
+		return s.copyRange(cr, src.Ino, int64(src.Off), a0, int64(a1), int64(src.Length))
 	}
 	return 0, syscall.ENOSYS
 }

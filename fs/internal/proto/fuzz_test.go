@@ -43,6 +43,23 @@ func FuzzSetAttr(f *testing.F) {
 	})
 }
 
+func FuzzCopyRange(f *testing.F) {
+	b := make([]byte, CopyRangeSize)
+	(&CopyRange{Ino: 7, Off: 4096, Length: 1 << 20}).MarshalTo(b)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r CopyRange
+		if r.Unmarshal(b) != nil {
+			return
+		}
+		out := make([]byte, CopyRangeSize)
+		r.MarshalTo(out)
+		if !bytes.Equal(out, b) {
+			t.Fatalf("round trip: %x != %x", out, b)
+		}
+	})
+}
+
 func FuzzStatFS(f *testing.F) {
 	b := make([]byte, StatFSSize)
 	(&StatFS{Blocks: 9, Bsize: 4096, NameLen: 255}).MarshalTo(b)

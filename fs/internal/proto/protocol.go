@@ -52,6 +52,7 @@
 //	E1h  REMOVEXATTR   in      ino       -            -          -           name                   -
 //	E5h  CRED          in      cred ID   -            -          -           Cred                   -
 //	E8h  ACCESS        none    ino       -            mask       -           -                      -
+//	EDh  COPYRANGE     in      ino       offset       -          -           CopyRange (the source) -      (DW1: bytes copied)
 //
 // 64-bit fields span two dwords, low dword first (CDW10 is the low half
 // of the inode number). Names are raw bytes with their length implied by

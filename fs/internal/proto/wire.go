@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/capsule-storage/capsule/nvmeof"
 )
@@ -39,6 +40,7 @@ const (
 	OpRemoveXattr nvmeof.Opcode = 0xe1
 	OpCred        nvmeof.Opcode = 0xe5
 	OpAccess      nvmeof.Opcode = 0xe8
+	OpCopyRange   nvmeof.Opcode = 0xed
 )
 
 // OpName names an opcode of the table, "" for others.
@@ -98,6 +100,8 @@ func OpName(op nvmeof.Opcode) string {
 		return "CRED"
 	case OpAccess:
 		return "ACCESS"
+	case OpCopyRange:
+		return "COPYRANGE"
 	}
 	return ""
 }
@@ -286,6 +290,44 @@ func (s *SetAttr) Unmarshal(b []byte) error {
 	}
 	if s.Mode&^0o7777 != 0 {
 		return fmt.Errorf("%w: SetAttr mode %#o", ErrField, s.Mode)
+	}
+	return nil
+}
+
+// CopyRange is the CopyRange record: the source of a COPYRANGE.
+type CopyRange struct {
+	Ino, Off, Length uint64
+}
+
+// CopyRange record offsets.
+const (
+	CopyRangeSize      = 24
+	copyRangeOffIno    = 0
+	copyRangeOffOff    = 8
+	copyRangeOffLength = 16
+	// MaxCopyRange is the most bytes one COPYRANGE copies: the count
+	// travels in DW1.
+	MaxCopyRange = 1 << 30
+)
+
+// MarshalTo encodes r into b, which holds CopyRangeSize bytes.
+func (r *CopyRange) MarshalTo(b []byte) {
+	_ = b[CopyRangeSize-1]
+	le.PutUint64(b[copyRangeOffIno:], r.Ino)
+	le.PutUint64(b[copyRangeOffOff:], r.Off)
+	le.PutUint64(b[copyRangeOffLength:], r.Length)
+}
+
+// Unmarshal decodes a CopyRange record: exactly CopyRangeSize bytes, an
+// offset and length that fit an int64, and a length of at most
+// MaxCopyRange.
+func (r *CopyRange) Unmarshal(b []byte) error {
+	if len(b) != CopyRangeSize {
+		return fmt.Errorf("%w: CopyRange of %d bytes", ErrShort, len(b))
+	}
+	*r = CopyRange{Ino: le.Uint64(b[copyRangeOffIno:]), Off: le.Uint64(b[copyRangeOffOff:]), Length: le.Uint64(b[copyRangeOffLength:])}
+	if r.Off > math.MaxInt64 || r.Length > MaxCopyRange {
+		return fmt.Errorf("%w: CopyRange offset %d length %d", ErrField, r.Off, r.Length)
 	}
 	return nil
 }

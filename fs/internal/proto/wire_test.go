@@ -190,6 +190,28 @@ func TestPairAndNames(t *testing.T) {
 	require.ErrorIs(t, err, ErrField)
 }
 
+func TestCopyRangeWire(t *testing.T) {
+	want := hextest.Decode(t, `
+		0700000000000000 // source inode 7
+		0010000000000000 // source offset 4096
+		0000100000000000 // length 1 MiB
+	`)
+	r := CopyRange{Ino: 7, Off: 4096, Length: 1 << 20}
+	b := make([]byte, CopyRangeSize)
+	r.MarshalTo(b)
+	assert.Equal(t, want, b)
+	var got CopyRange
+	require.NoError(t, got.Unmarshal(want))
+	assert.Equal(t, r, got)
+	require.ErrorIs(t, got.Unmarshal(want[:23]), ErrShort)
+	bad := append([]byte(nil), want...)
+	bad[15] = 0x80 // offset past int64
+	require.ErrorIs(t, got.Unmarshal(bad), ErrField)
+	bad = append([]byte(nil), want...)
+	bad[20] = 0x01 // length 4 GiB + 1 MiB: more than DW1 can count
+	require.ErrorIs(t, got.Unmarshal(bad), ErrField)
+}
+
 func TestOpcodeDirections(t *testing.T) {
 	want := map[nvmeof.Opcode]nvmeof.DataDirection{
 		OpLookup: nvmeof.Bidirectional, OpGetAttr: nvmeof.ControllerToHost, OpSetAttr: nvmeof.Bidirectional,
@@ -201,6 +223,7 @@ func TestOpcodeDirections(t *testing.T) {
 		OpReadDirPlus: nvmeof.ControllerToHost, OpStatFS: nvmeof.ControllerToHost, OpFallocate: nvmeof.NoData,
 		OpGetXattr: nvmeof.Bidirectional, OpSetXattr: nvmeof.HostToController, OpListXattr: nvmeof.ControllerToHost,
 		OpRemoveXattr: nvmeof.HostToController, OpCred: nvmeof.HostToController, OpAccess: nvmeof.NoData,
+		OpCopyRange: nvmeof.HostToController,
 	}
 	for op, dir := range want {
 		assert.Equal(t, dir, op.Direction(), OpName(op))
