@@ -39,6 +39,9 @@ func FuzzHandler(f *testing.F) {
 	pc.MarshalTo(rec)
 	seed(proto.OpCred, pc.ID(), 0, 0, 0, rec, 0)
 	seed(proto.OpAccess, 2, 0, 4, 0, nil, 0)
+	cr := make([]byte, proto.CopyRangeSize)
+	(&proto.CopyRange{Ino: 2, Off: 0, Length: 100}).MarshalTo(cr)
+	seed(proto.OpCopyRange, 3, 50, 0, 0, cr, 0)
 	s := newServer(f, testOptions())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) < 32 {
@@ -56,6 +59,12 @@ func FuzzHandler(f *testing.F) {
 		}
 		if st := s.ExecuteVendor(vc); !st.Success() {
 			t.Fatalf("status %v after a successful prepare", st)
+		}
+		if cmd.Opcode == proto.OpCopyRange {
+			if vc.N != 0 || vc.DW1 > proto.MaxCopyRange {
+				t.Fatalf("COPYRANGE: reply of %d bytes, DW1 %d", vc.N, vc.DW1)
+			}
+			return
 		}
 		if vc.N > dataLen || int(vc.DW1) != vc.N {
 			t.Fatalf("reply of %d bytes (DW1 %d) in a %d-byte buffer", vc.N, vc.DW1, dataLen)

@@ -161,6 +161,9 @@ func (s *Server) ExecuteVendor(c *target.VendorCommand) nvmeof.Status {
 		n = 0
 	}
 	c.N, c.DW1 = n, uint32(n)
+	if c.Cmd.Opcode == proto.OpCopyRange {
+		c.N = 0 // DW1 counts the bytes copied; no reply data
+	}
 	if r != nil {
 		s.replies.finish(r, c.DW0, c.Data[:n])
 	}
