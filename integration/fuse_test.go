@@ -666,3 +666,35 @@ func TestFUSECopyFileRange(t *testing.T) {
 	copy(want[100:], data[3<<20:])
 	requireContent(t, m.path("dst"), want)
 }
+
+// TestFUSEMmapWriteback: writes through a shared mapping of a file on
+// the mount (the kernel's writeback cache holds them as dirty pages)
+// reach the target by msync and munmap, and another mount sees them at
+// its next open.
+func TestFUSEMmapWriteback(t *testing.T) {
+	_, shm, iwarp := startFileTarget(t, t.TempDir())
+	a := mountFUSE(t, shm)
+	b := mountFUSE(t, iwarp)
+	want := make([]byte, 1<<20+123)
+	for i := range want {
+		want[i] = byte(i*5 + 3)
+	}
+	require.NoError(t, os.WriteFile(a.path("m"), want, 0o644))
+	requireContent(t, b.path("m"), want)
+	f, err := os.OpenFile(a.path("m"), os.O_RDWR, 0)
+	require.NoError(t, err)
+	mm, err := unix.Mmap(int(f.Fd()), 0, len(want), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	require.NoError(t, err)
+	for _, at := range []int{0, 4095, 300000, len(want) - 7} {
+		copy(mm[at:], "mapped!")
+		copy(want[at:], "mapped!")
+	}
+	require.NoError(t, unix.Msync(mm, unix.MS_SYNC))
+	requireContent(t, b.path("m"), want)
+	copy(mm[777:], "after msync")
+	copy(want[777:], "after msync")
+	require.NoError(t, unix.Munmap(mm))
+	require.NoError(t, f.Close())
+	requireContent(t, b.path("m"), want)
+	requireContent(t, a.path("m"), want)
+}
