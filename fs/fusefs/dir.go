@@ -101,6 +101,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 // attributes the listing brought; without them it asks the target.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if e := d.last; e != nil && e.Name == name && e.Attr.Ino == e.Ino && e.Ino != 0 {
+		d.n.known(name, &e.Attr)
 		return d.n.newChild(ctx, &e.Attr, out), 0
 	}
 	return d.n.Lookup(ctx, name, out)

@@ -35,8 +35,9 @@ type fileSystem struct {
 	// writeback: the kernel's writeback cache is on
 	// (Options.WritebackCache; writeback.go).
 	writeback bool
-	incMu     sync.Mutex     // guards inc
+	incMu     sync.Mutex     // guards inc and written
 	inc       map[Ino]uint64 // the current incarnation of inode numbers retired at least once
+	written   map[Ino]uint64 // this mount's changes of a file's data, by inode (writeback.go, wrote)
 	// wbBytes is the bytes of write-behind buffers taken (writebehind.go).
 	wbBytes atomic.Int64
 }
@@ -52,7 +53,7 @@ type node struct {
 	// inc is the incarnation of ino the node belongs to (writeback.go).
 	inc uint64
 
-	mu sync.Mutex // guards seen, seenValid, opens and openedOnce
+	mu sync.Mutex // guards seen, seenValid, opens, openedOnce and changes
 	// seen is the data-relevant part of the attributes at the last open
 	// (size, mtime, ctime); the kernel's page cache of the file holds
 	// data no older than that. It is cleared when this mount changes the
@@ -61,10 +62,13 @@ type node struct {
 	// with (writeback.go).
 	seen      dataVersion
 	seenValid bool
+	seenAt    uint64 // the mount's count of its changes of the file (writes) when seen was taken
 	// opens counts the node's open files in this mount; openedOnce
-	// says whether it ever had one.
+	// says whether it ever had one; changes counts this mount's changes
+	// of its data (dataChanged).
 	opens      int
 	openedOnce bool
+	changes    uint64
 
 	// lookedUp is when a lookup last returned this node (Unix
 	// nanoseconds), or 0 once a call on the node has succeeded since.
@@ -283,18 +287,52 @@ func (n *node) newChild(ctx context.Context, a *Attr, out *fuse.EntryOut) *fs.In
 	return child
 }
 
-// newNode returns the node of ino's current incarnation for the
-// target's attributes a: the one go-fuse has, or a new one, whose kernel
-// inode starts from a (with the writeback cache, the version it agrees
-// with).
+// newNode returns a node of ino's current incarnation for the target's
+// attributes a, whose kernel inode starts from a (with the writeback
+// cache, the version it agrees with). go-fuse hands the kernel the node
+// it has for the same StableAttr instead, if any (known keeps that one
+// up to date).
 func (n *node) newNode(ctx context.Context, a *Attr) *fs.Inode {
 	inc, gen := n.fsys.stableGen(a.Ino, a.Gen)
-	fresh := &node{fsys: n.fsys, ino: a.Ino, inc: inc}
-	child := n.NewInode(ctx, fresh, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: gen})
-	if n.fsys.writeback && child.Operations() == fresh {
-		fresh.seen, fresh.seenValid = versionOf(a), true
+	made := &node{fsys: n.fsys, ino: a.Ino, inc: inc}
+	if n.fsys.writeback {
+		made.seen, made.seenValid, made.seenAt = versionOf(a), true, n.fsys.writes(a.Ino)
 	}
-	return child
+	return n.NewInode(ctx, made, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: gen})
+}
+
+// childNode returns the node the name leads to in go-fuse's tree when it
+// is inode ino, nil otherwise.
+func (n *node) childNode(name string, ino Ino) *node {
+	ch := n.GetChild(name)
+	if ch == nil {
+		return nil
+	}
+	if c, ok := ch.Operations().(*node); ok && c.ino == ino {
+		return c
+	}
+	return nil
+}
+
+// known brings the node the name already leads to, if it is the file of
+// the target's attributes a, up to date with them, before a lookup
+// answers with a: when it was looked up (staleOf), its mode and link
+// count, and, with the writeback cache, a new incarnation when another
+// client changed the file's data since the kernel's inode agreed with
+// the target (writeback.go). newChild sets the same on the node it
+// makes, which go-fuse drops for the one it has when the StableAttr is
+// the same, so without this a node kept its first lookup's.
+func (n *node) known(name string, a *Attr) {
+	c := n.childNode(name, a.Ino)
+	if c == nil {
+		return
+	}
+	c.lookedUp.Store(time.Now().UnixNano())
+	c.mode.Store(a.Mode)
+	c.nlink.Store(a.Nlink)
+	if c.outdated(a) {
+		n.fsys.retire(c)
+	}
 }
 
 // entryTimeoutIn is how long the kernel may cache a name in the
@@ -314,8 +352,10 @@ func (n *node) entryTimeoutIn() time.Duration {
 
 // dataChanged records that this mount changed the file's data.
 func (n *node) dataChanged() {
+	n.fsys.wrote(n.ino)
 	n.mu.Lock()
 	n.seenValid = false
+	n.changes++
 	n.mu.Unlock()
 }
 
@@ -327,6 +367,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if err != nil {
 		return nil, errnoOf(err)
 	}
+	n.known(name, &a)
 	return n.newChild(ctx, &a, out), 0
 }
 
@@ -396,6 +437,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if s.Size != nil && f != nil {
 			octx = handleContext(ctx, f) // ftruncate: the opener's right to write
 		}
+		if s.Size != nil {
+			n.fsys.wrote(n.ino)
+		}
 		a, err = n.fsys.c.SetAttr(octx, n.ino, s)
 		if s.Size != nil && !n.fsys.writeback {
 			n.dataChanged()
@@ -433,8 +477,15 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, errnoOf(err)
 	}
+	// The open file goes to the node go-fuse keeps: the one the name
+	// leads to already, when it was there (an existing file opened
+	// with O_CREAT), else the new one.
+	c := n.childNode(name, a.Ino)
 	child := n.newChild(ctx, &a, out)
-	if c, ok := child.Operations().(*node); ok {
+	if c == nil {
+		c, _ = child.Operations().(*node)
+	}
+	if c != nil {
 		c.opened()
 	}
 	return child, newFileHandle(ctx, h, flags), 0, 0
@@ -527,6 +578,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err != nil {
 		return nil, errnoOf(err)
 	}
+	t.nlink.Store(a.Nlink)
 	return n.newChild(ctx, &a, out), 0
 }
 
@@ -583,14 +635,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, syscall.ESTALE
 	}
 	n.used()
+	written := n.fsys.writes(n.ino)
 	n.mu.Lock()
 	keep := n.seenValid && n.seen.equal(v)
 	if !n.wbFile() || n.opens == 0 {
-		n.seen, n.seenValid = v, true
+		n.seen, n.seenValid, n.seenAt = v, true, written
 	}
-	n.opens++
-	n.openedOnce = true
 	n.mu.Unlock()
+	n.opened()
 	fh := newFileHandle(ctx, h, flags)
 	if keep {
 		return fh, fuse.FOPEN_KEEP_CACHE, 0
@@ -672,6 +724,7 @@ func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 // Write buffers small writes (writebehind.go) and sends the rest to
 // the target, after what is buffered.
 func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	n.fsys.wrote(n.ino) // before the target has it too (writeback.go)
 	fh, _ := f.(*fileHandle)
 	if n.fsys.behind(fh, len(data)) {
 		if m, e, ok := n.bufferWrite(fh, data, off); ok {
@@ -694,7 +747,11 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 // buffered write that failed: after a close, the next open anywhere sees
 // the data.
 func (n *node) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
-	return n.drain(true)
+	if e := n.drain(true); e != 0 {
+		return e
+	}
+	n.flushed(opContext(ctx))
+	return 0
 }
 
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
@@ -706,6 +763,7 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 
 func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
 	n.drain(false)
+	n.fsys.wrote(n.ino)
 	err := n.fsys.c.Fallocate(handleContext(ctx, f), n.ino, handleOf(f), mode, int64(off), int64(size))
 	n.dataChanged()
 	return errnoOf(err)
@@ -729,6 +787,7 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 	}
 	n.drain(false)
 	dst.drain(false)
+	n.fsys.wrote(dst.ino)
 	m, err := cp.CopyFileRange(handleContext(ctx, fhOut), n.ino, int64(offIn), dst.ino, int64(offOut), int64(min(length, math.MaxUint32&^(4<<10-1))))
 	if m > 0 {
 		dst.dataChanged()

@@ -15,25 +15,27 @@ import (
 // mounts therefore needs a new kernel inode whenever another client
 // changed a file since this kernel's inode last agreed with the target.
 //
-// A node's seen version is that agreement: the target's size, mtime and
-// ctime when the kernel's inode was made (newChild), or when this mount
+// A node's seen version is that agreement: the target's size and mtime
+// (sameData) when the kernel's inode was made (newChild), or when this mount
 // last knew the target had everything it wrote (the last release of the
 // file's open files, a setattr with no file open). A file this mount has
 // written and not yet released has no seen version (seenValid false):
 // the kernel's inode is then the newer one, and is kept.
 //
-// When an open finds the target's version different from the seen one,
-// the node is retired: the inode number's incarnation goes up, and the
+// When an open or a lookup finds the target's version different from
+// the seen one, the node is retired: the inode number's incarnation goes up, and the
 // next lookup of any of its names makes a node of the new incarnation, a
 // new node ID for the kernel, whose inode starts from the target's
-// attributes. The open answers ESTALE, which makes the kernel walk the
-// path again with revalidation (do_filp_open's LOOKUP_REVAL retry), find
-// the new node ID behind the name, drop its old dentry and open the new
-// inode. Files already open keep the old inode, and what they see, as
-// the reads of an open file on NFS may. The incarnation is folded into
-// the node's StableAttr.Gen, so stat's st_ino stays the target's. A stat
-// of a name whose entry the kernel still caches shows the old inode's
-// size until the entry expires or the name is opened.
+// attributes. A lookup answers with that node, so the kernel drops the
+// name's old dentry for it (a stat sees the change once the kernel's
+// cached entry expires, as with any attribute cache). An open answers
+// ESTALE, which makes the kernel walk the path again with revalidation
+// (do_filp_open's LOOKUP_REVAL retry), find the new node ID behind the
+// name, drop its old dentry and open the new inode, however fresh the
+// cached entry. Files already open keep the old inode, and what they
+// see, as the reads of an open file on NFS may. The incarnation is
+// folded into the node's StableAttr.Gen, so stat's st_ino stays the
+// target's.
 
 // incarnationMix spreads an incarnation over the generation's bits.
 const incarnationMix = 0x9e3779b97f4a7c15
@@ -72,9 +74,10 @@ func (n *node) wbFile() bool {
 // stale reports, for an open that found the target's version v, whether
 // the kernel's inode may hold another client's old size or times and
 // the open must go to a new node: the mount knows the version the kernel
-// agrees with (it has sent no write since) and the target's differs. A
-// file open here keeps the old inode for its own reads; the new open
-// gets a new one. A node that a retirement made answers its first open
+// agrees with, it has changed none of the file's data since, through
+// any node of it (writes), and the target's version differs. A file
+// open here keeps the old inode for its own reads; the new open gets a
+// new one. A node that a retirement made answers its first open
 // in any case: the kernel retries an open that got ESTALE only once, and
 // that node's inode comes from the lookup of that retry (a change since
 // then is a race the next open sees).
@@ -82,12 +85,37 @@ func (n *node) stale(v dataVersion) bool {
 	if !n.wbFile() {
 		return false
 	}
+	written := n.fsys.writes(n.ino)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.inc > 0 && !n.openedOnce {
 		return false
 	}
-	return n.seenValid && !n.seen.equal(v)
+	return n.seenValid && n.seenAt == written && !n.seen.sameData(v)
+}
+
+// outdated reports, for a lookup that found the target's attributes a,
+// whether the kernel's inode may hold another client's old size or
+// times: the mount knows the version the kernel agrees with (it has sent
+// no write since) and the target's differs.
+func (n *node) outdated(a *Attr) bool {
+	if !n.wbFile() {
+		return false
+	}
+	written := n.fsys.writes(n.ino)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.seenValid && n.seenAt == written && !n.seen.sameData(versionOf(a))
+}
+
+// sameData reports whether two versions agree on size and mtime, which
+// every change of a file's data moves. ctime is left out: this mount's
+// own rename, link or chmod moves it too, and a new inode for those
+// would part a file open here from its next opens in the same mount; the
+// kernel then shows an old ctime after another client's chmod (mode and
+// owner themselves still come from the target).
+func (v dataVersion) sameData(w dataVersion) bool {
+	return v.size == w.size && v.mtime.Equal(w.mtime)
 }
 
 // opened and released count the node's open files.
@@ -98,30 +126,85 @@ func (n *node) opened() {
 	n.mu.Unlock()
 }
 
-// released counts a release; at the last one of a file this mount wrote,
-// the kernel has sent everything (it writes dirty pages back before the
-// last RELEASE), so the target's version is the one the kernel agrees
-// with again.
-func (n *node) released(ctx context.Context) {
-	n.mu.Lock()
-	n.opens--
-	resync := n.opens == 0 && !n.seenValid && n.wbFile()
-	n.mu.Unlock()
-	if !resync {
+// wrote counts a change of ino's data by this mount, through any of its
+// nodes; the mount counts it before it sends the change and after, so
+// that an open that finds the change at the target knows it for this
+// mount's own.
+func (fsys *fileSystem) wrote(ino Ino) {
+	if !fsys.writeback {
 		return
 	}
-	if a, err := n.fsys.c.GetAttr(ctx, n.ino); err == nil {
-		n.agree(&a)
+	fsys.incMu.Lock()
+	defer fsys.incMu.Unlock()
+	if fsys.written == nil {
+		fsys.written = make(map[Ino]uint64)
 	}
+	fsys.written[ino]++
+}
+
+// writes returns the count of wrote for ino.
+func (fsys *fileSystem) writes(ino Ino) uint64 {
+	if !fsys.writeback {
+		return 0
+	}
+	fsys.incMu.Lock()
+	defer fsys.incMu.Unlock()
+	return fsys.written[ino]
+}
+
+// flushed is the FLUSH of a close. The kernel writes a file's dirty
+// pages back before it sends FLUSH, so at the close of the last file of
+// it open here (close(2) waits for FLUSH, and the RELEASE after it comes
+// later, asynchronously) the target has all this mount wrote, and its
+// version is the one the kernel agrees with again. Taken here, before
+// close returns, rather than at the RELEASE, another client's change
+// right after the close is not mistaken for this mount's.
+func (n *node) flushed(ctx context.Context) {
+	n.resync(ctx, 1)
+}
+
+// released counts a release; at the last one, a file written through a
+// mapping after its last close is resynced the same way.
+func (n *node) released(ctx context.Context) {
+	n.mu.Lock()
+	n.opens = max(n.opens-1, 0)
+	n.mu.Unlock()
+	n.resync(ctx, 0)
+}
+
+// resync records the target's version as the kernel's when this mount
+// changed the file's data since they last agreed and at most open files
+// of it are open; a change of this mount's while it asks cancels that.
+func (n *node) resync(ctx context.Context, open int) {
+	if !n.wbFile() {
+		return
+	}
+	written := n.fsys.writes(n.ino)
+	n.mu.Lock()
+	need, changes := !n.seenValid && n.opens <= open, n.changes
+	n.mu.Unlock()
+	if !need {
+		return
+	}
+	a, err := n.fsys.c.GetAttr(ctx, n.ino)
+	if err != nil {
+		return
+	}
+	n.mu.Lock()
+	if n.changes == changes && n.opens <= open {
+		n.seen, n.seenValid, n.seenAt = versionOf(&a), true, written
+	}
+	n.mu.Unlock()
 }
 
 // agree records that the kernel's inode agrees with the target's
 // attributes a, when no file of the node is open (else a later write
 // back may change the target again, and the last release resyncs).
 func (n *node) agree(a *Attr) {
+	written := n.fsys.writes(n.ino)
 	n.mu.Lock()
 	if n.opens == 0 {
-		n.seen, n.seenValid = versionOf(a), true
+		n.seen, n.seenValid, n.seenAt = versionOf(a), true, written
 	} else {
 		n.seenValid = false
 	}

@@ -322,3 +322,41 @@ func TestWritebackModel(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, targetBytes(t, m, "f"))
 }
+
+// TestWritebackStatAfterEntryExpires: a stat through a name whose cached
+// entry has expired sees another client's change in size, since the
+// lookup leads the name to a new inode; while the entry is cached, the
+// old size is what an attribute cache allows.
+func TestWritebackStatAfterEntryExpires(t *testing.T) {
+	o := writeback
+	o.AttrTimeout, o.EntryTimeout = 50*time.Millisecond, 50*time.Millisecond
+	mnt, m := mountMem(t, o)
+	p := filepath.Join(mnt, "f")
+	require.NoError(t, os.WriteFile(p, []byte("short"), 0o644))
+	a, err := m.Lookup(context.Background(), RootIno, "f")
+	require.NoError(t, err)
+	rewrite(t, m, a.Ino, "a good deal longer", false)
+	require.Eventually(t, func() bool {
+		st, err := os.Stat(p)
+		return err == nil && st.Size() == int64(len("a good deal longer"))
+	}, 5*time.Second, 20*time.Millisecond)
+}
+
+// TestWritebackOwnRenameAndLink: this mount's own rename and link of a
+// file it holds open with written, unflushed data do not part the open
+// file from the next opens of the file in the same mount.
+func TestWritebackOwnRenameAndLink(t *testing.T) {
+	mnt, _ := mountMem(t, writeback)
+	a, b, c := filepath.Join(mnt, "a"), filepath.Join(mnt, "b"), filepath.Join(mnt, "c")
+	w, err := os.Create(a)
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.Write([]byte("written, not yet flushed"))
+	require.NoError(t, err)
+	require.NoError(t, os.Rename(a, b))
+	require.NoError(t, os.Link(b, c))
+	_, err = w.Write([]byte(" and more"))
+	require.NoError(t, err)
+	assert.Equal(t, "written, not yet flushed and more", readString(t, b))
+	assert.Equal(t, "written, not yet flushed and more", readString(t, c))
+}
