@@ -73,10 +73,13 @@
 // a round trip to the target. The kernel also keeps a regular file's
 // size, mtime and ctime itself and ignores the target's for an inode it
 // has, so a file another client grew or shrank would keep its old size
-// here: an open that finds the target's version different from the one
-// the kernel's inode agrees with answers ESTALE after retiring the node,
-// and the kernel's retry opens a new inode made from the target's
-// attributes (writeback.go). Files already open keep the old inode. The
+// here: an open that finds the target's size or mtime different from
+// those the kernel's inode agrees with answers ESTALE after retiring the
+// node, and the kernel's retry opens a new inode made from the target's
+// attributes; a lookup that finds them different leads the name to such
+// a new inode (writeback.go). Files already open keep the old inode. The
+// kernel's ctime of a file another client only chmod'ed or renamed stays
+// old (its mode and owner come from the target). The
 // kernel reads a page before a write that covers part of it, through
 // the writing file: through a file opened O_WRONLY those reads run with
 // the mount's own credentials, since the writer may have no right to

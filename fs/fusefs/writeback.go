@@ -16,17 +16,21 @@ import (
 // changed a file since this kernel's inode last agreed with the target.
 //
 // A node's seen version is that agreement: the target's size and mtime
-// (sameData) when the kernel's inode was made (newChild), or when this mount
-// last knew the target had everything it wrote (the last release of the
-// file's open files, a setattr with no file open). A file this mount has
-// written and not yet released has no seen version (seenValid false):
-// the kernel's inode is then the newer one, and is kept.
+// (sameData: every change of a file's data moves them) when the kernel's
+// inode was made (newNode), or when this mount last knew the target had
+// everything it wrote (the close of the last file of it open here, a
+// setattr with none open). A file this mount has written since has no
+// seen version (seenValid false): the kernel's inode is then the newer
+// one, and is kept. This mount's changes of a file are also counted per
+// inode before they are sent (wrote), and a version taken before the
+// last of them is not trusted, so that no node takes a change made here,
+// through another node of the same file, for another client's.
 //
 // When an open or a lookup finds the target's version different from
-// the seen one, the node is retired: the inode number's incarnation goes up, and the
-// next lookup of any of its names makes a node of the new incarnation, a
-// new node ID for the kernel, whose inode starts from the target's
-// attributes. A lookup answers with that node, so the kernel drops the
+// the seen one, the node is retired: the inode number's incarnation goes
+// up, and the next lookup of any of its names makes a node of the new
+// incarnation, a new node ID for the kernel, whose inode starts from the
+// target's attributes. A lookup answers with that node, so the kernel drops the
 // name's old dentry for it (a stat sees the change once the kernel's
 // cached entry expires, as with any attribute cache). An open answers
 // ESTALE, which makes the kernel walk the path again with revalidation
