@@ -616,6 +616,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.drain(false) // before an O_TRUNC, and so the attributes include them
 	octx := opContext(ctx)
+	written := n.fsys.writes(n.ino) // before the attributes: they include what it counts
 	h, a, err := n.openAttr(octx, int(flags))
 	if err != nil {
 		return nil, 0, n.staleOf(err)
@@ -635,7 +636,6 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, syscall.ESTALE
 	}
 	n.used()
-	written := n.fsys.writes(n.ino)
 	n.mu.Lock()
 	keep := n.seenValid && n.seen.equal(v)
 	if !n.wbFile() || n.opens == 0 {
