@@ -159,6 +159,11 @@ func (o Op) Mutating() bool {
 }
 
 // clean validates a name and returns its cleaned form ("." for the root).
+// Clean checks and cleans a name as every FS does: ErrInvalidName (in an
+// *os.PathError) for an empty or absolute name, one with a backslash, or
+// one that climbs out of the root; otherwise path.Clean of it.
+func Clean(name string) (string, error) { return clean(name) }
+
 func clean(name string) (string, error) {
 	if name == "" || strings.HasPrefix(name, "/") || strings.Contains(name, "\\") {
 		return "", &os.PathError{Op: "vfs", Path: name, Err: ErrInvalidName}
