@@ -362,7 +362,7 @@ func (s *Store) checkpointLocked(extra func(*batch)) (bool, error) {
 		if _, err := f.fs.Stat(identityFile); err != nil {
 			return err
 		}
-		return f.db.Update(b.apply)
+		return f.db.update(b.apply)
 	})
 	s.seq = b.super.Seq
 	if committed == 0 {

@@ -261,6 +261,12 @@ func runCrash(t *testing.T, seed uint64) {
 	td.direct = seed%2 == 1
 	idle := []time.Duration{0, time.Millisecond, 5 * time.Millisecond}[r.IntN(3)]
 	opts := testOpts(g, unit, WithAutoCommit(autoCommit), WithOverProvision(overprov), WithIdleCompaction(0.1, idle))
+	if seed%3 == 2 {
+		// A third keep their metadata in the devices' own files
+		// (meta.log), where the crash reaches it too; bbolt's host
+		// files survive a simulated crash whole.
+		opts = append(opts, WithMetaLog())
+	}
 	s := mustCreate(t, td, opts...)
 	blocks := (g.Data*unit*12 + 3*crashBlock) / crashBlock
 	v, err := s.CreateVolume("vol", int64(blocks*crashBlock))

@@ -101,7 +101,7 @@ type devFiles struct {
 	fs   vfs.FS
 	id   identity
 	data vfs.File // nil when the device is missing
-	db   *bolt.DB // nil when the device is missing
+	db   metaDB   // nil when the device is missing
 	// alloc tracks the shard file's blocks where flushes can be shared
 	// (flush.go); nil: every flush fdatasyncs the file.
 	alloc *allocTrack
@@ -123,7 +123,7 @@ func (f *devFiles) close() {
 		_ = f.jnl.Close()
 	}
 	if f.db != nil {
-		_ = f.db.Close()
+		_ = f.db.close()
 	}
 }
 
@@ -224,7 +224,7 @@ func openBolt(fsys vfs.FS) (*bolt.DB, error) {
 // file, the journal (jsize bytes; none when 0), the metadata replica
 // (filled by fill), and last the identity record, so a device with an
 // identity always has its other files.
-func formatDevice(fsys vfs.FS, id identity, jsize int64, fill func(*bolt.DB) error) (*devFiles, error) {
+func formatDevice(fsys vfs.FS, id identity, jsize int64, metaLog bool, fill func(metaDB) error) (*devFiles, error) {
 	if err := fsys.MkdirAll("."); err != nil {
 		return nil, err
 	}
@@ -252,18 +252,18 @@ func formatDevice(fsys vfs.FS, id identity, jsize int64, fill func(*bolt.DB) err
 		}
 		return nil, err
 	}
-	db, err := openBolt(fsys)
+	db, err := openMeta(fsys, metaLog)
 	if err != nil {
 		return fail(err)
 	}
 	if err := fill(db); err != nil {
-		_ = db.Close()
+		_ = db.close()
 		return fail(err)
 	}
 	// WriteFile syncs the directory after its rename, which also makes
 	// the entries of the shard file and the journal durable.
 	if err := vfs.WriteFile(fsys, identityFile, id.encode()); err != nil {
-		_ = db.Close()
+		_ = db.close()
 		return fail(err)
 	}
 	f := &devFiles{fs: fsys, id: id, data: data, db: db, jnl: jnl, jwhole: jnl != nil}

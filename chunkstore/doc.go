@@ -50,7 +50,8 @@
 //	shards    the shard slots: slot p at p × (4 KiB + unit); each slot is
 //	          a 4 KiB header region followed by the payload, so payloads
 //	          stay 4 KiB aligned
-//	meta.db   a bbolt replica of the metadata (see below)
+//	meta.db   a bbolt replica of the metadata (see below); meta.log on
+//	          a device with no host path
 //	journal   the flush journal: a ring of records of a few sectors each
 //	          (journal.go has the offsets; see "Writes")
 //
@@ -92,7 +93,18 @@
 // records and the callers' records (PutRecords: small key-value records
 // in named spaces, where the file service keeps its namespace) live in
 // go.etcd.io/bbolt, one replica per device, so losing any M devices
-// loses no metadata. All replicas receive the same batch in
+// loses no metadata. A device with no host file for bbolt to map (a
+// remote device of a cluster volume, internal/devsvc; MemFS without a
+// host directory), or every device of a store made WithMetaLog, keeps
+// its replica as a log in its own files instead (meta.log, metalog.go):
+// a snapshot frame, then one checksummed delta frame per transaction,
+// appended and synced before the transaction returns; a torn last frame
+// ends the log and is cut off; past four times the snapshot's size the
+// log is written again as one snapshot (temporary file, sync, rename,
+// directory sync). It holds the same buckets, read and written through
+// the same code (metadb.go), and the whole replica is kept in memory as
+// copy-on-write B-trees (tidwall/btree). Its crashes are real crashes of
+// the device's files: a third of the crash test's seeds run on it. All replicas receive the same batch in
 // the same checkpoint; the superblock's Seq counts checkpoints. Open
 // reads every replica it can, adopts the one with the highest Seq
 // (falling back to the next if it does not load), and rewrites any

@@ -184,7 +184,7 @@ func TestStaleReplicaIsBroughtUpToDate(t *testing.T) {
 		for _, m := range td.mem {
 			db, err := openBolt(m)
 			require.NoError(t, err)
-			sb, err := readSuper(db)
+			sb, err := readSuper(boltDB{db})
 			require.NoError(t, err)
 			require.NoError(t, db.Close())
 			out = append(out, sb.Seq)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
@@ -79,9 +78,9 @@ func posKey(pos int) []byte {
 	return k[:]
 }
 
-func createBuckets(tx *bolt.Tx) error {
+func createBuckets(tx kvTx) error {
 	for _, name := range allBuckets {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+		if _, err := tx.createBucket(name); err != nil {
 			return err
 		}
 	}
@@ -89,54 +88,54 @@ func createBuckets(tx *bolt.Tx) error {
 }
 
 // apply writes b into a replica.
-func (b *batch) apply(tx *bolt.Tx) error {
+func (b *batch) apply(tx kvTx) error {
 	if err := createBuckets(tx); err != nil {
 		return err
 	}
-	st := tx.Bucket(bucketStore)
-	if err := st.Put(keySuper, b.super.encode()); err != nil {
+	st := tx.bucket(bucketStore)
+	if err := st.put(keySuper, b.super.encode()); err != nil {
 		return err
 	}
-	if err := st.Put(keyResv, encodeResv(b.resv)); err != nil {
+	if err := st.put(keyResv, encodeResv(b.resv)); err != nil {
 		return err
 	}
-	devs := tx.Bucket(bucketDevices)
+	devs := tx.bucket(bucketDevices)
 	for pos, r := range b.devices {
-		if err := devs.Put(posKey(pos), r.encode()); err != nil {
+		if err := devs.put(posKey(pos), r.encode()); err != nil {
 			return err
 		}
 	}
-	vols := tx.Bucket(bucketVolumes)
+	vols := tx.bucket(bucketVolumes)
 	for name, r := range b.volumes {
 		var err error
 		if r == nil {
-			err = vols.Delete([]byte(name))
+			err = vols.del([]byte(name))
 		} else {
-			err = vols.Put([]byte(name), r.encode())
+			err = vols.put([]byte(name), r.encode())
 		}
 		if err != nil {
 			return err
 		}
 	}
-	sl := tx.Bucket(bucketSlots)
+	sl := tx.bucket(bucketSlots)
 	for _, c := range b.slots {
 		var err error
 		if c.rec == nil {
-			err = sl.Delete(slotKey(c.slot))
+			err = sl.del(slotKey(c.slot))
 		} else {
-			err = sl.Put(slotKey(c.slot), c.rec)
+			err = sl.put(slotKey(c.slot), c.rec)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	pg := tx.Bucket(bucketPages)
+	pg := tx.bucket(bucketPages)
 	for _, c := range b.pages {
 		var err error
 		if c.val == nil {
-			err = pg.Delete(pageKey(c.owner, c.page))
+			err = pg.del(pageKey(c.owner, c.page))
 		} else {
-			err = pg.Put(pageKey(c.owner, c.page), c.val)
+			err = pg.put(pageKey(c.owner, c.page), c.val)
 		}
 		if err != nil {
 			return err
@@ -147,13 +146,13 @@ func (b *batch) apply(tx *bolt.Tx) error {
 			return err
 		}
 	}
-	chunks := tx.Bucket(bucketChunks)
+	chunks := tx.bucket(bucketChunks)
 	for id, r := range b.chunks {
 		var err error
 		if r == nil {
-			err = chunks.Delete(id[:])
+			err = chunks.del(id[:])
 		} else {
-			err = chunks.Put(id[:], r.encodeV2())
+			err = chunks.put(id[:], r.encodeV2())
 		}
 		if err != nil {
 			return err
@@ -163,10 +162,10 @@ func (b *batch) apply(tx *bolt.Tx) error {
 }
 
 // dropPrefix deletes every key of bk that starts with prefix.
-func dropPrefix(bk *bolt.Bucket, prefix []byte) error {
-	cur := bk.Cursor()
-	for k, _ := cur.Seek(prefix); k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, _ = cur.Seek(prefix) {
-		if err := cur.Delete(); err != nil {
+func dropPrefix(bk kvBucket, prefix []byte) error {
+	cur := bk.cursor()
+	for k, _ := cur.seek(prefix); k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, _ = cur.seek(prefix) {
+		if err := cur.del(); err != nil {
 			return err
 		}
 	}
@@ -174,14 +173,14 @@ func dropPrefix(bk *bolt.Bucket, prefix []byte) error {
 }
 
 // readSuper returns a replica's superblock.
-func readSuper(db *bolt.DB) (sb superblock, err error) {
+func readSuper(db metaDB) (sb superblock, err error) {
 	defer recoverBolt(&err)
-	err = db.View(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(bucketStore)
+	err = db.view(func(tx kvTx) error {
+		bk := tx.bucket(bucketStore)
 		if bk == nil {
 			return corruptf("metadata has no store bucket")
 		}
-		v := bk.Get(keySuper)
+		v := bk.get(keySuper)
 		if v == nil {
 			return corruptf("metadata has no superblock")
 		}
@@ -212,7 +211,7 @@ type metaState struct {
 }
 
 // loadMeta reads and validates every record of a version 2 replica.
-func loadMeta(db *bolt.DB) (st *metaState, err error) {
+func loadMeta(db metaDB) (st *metaState, err error) {
 	defer recoverBolt(&err)
 	st = &metaState{
 		devices: map[int]deviceRecord{},
@@ -221,29 +220,29 @@ func loadMeta(db *bolt.DB) (st *metaState, err error) {
 		pages:   map[uint64]map[uint64][]pageRun{},
 		chunks:  map[ChunkID]chunkRecord{},
 	}
-	err = db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketStore)
-		if v == nil || v.Get(keySuper) == nil {
+	err = db.view(func(tx kvTx) error {
+		v := tx.bucket(bucketStore)
+		if v == nil || v.get(keySuper) == nil {
 			return corruptf("metadata has no superblock")
 		}
 		var err error
-		if st.super, err = decodeSuperblock(v.Get(keySuper)); err != nil {
+		if st.super, err = decodeSuperblock(v.get(keySuper)); err != nil {
 			return err
 		}
 		if st.super.Version != formatVersion {
 			return ErrFormatV1
 		}
 		for _, name := range allBuckets {
-			if tx.Bucket(name) == nil {
+			if tx.bucket(name) == nil {
 				return corruptf("metadata has no %s bucket", name)
 			}
 		}
-		if r := v.Get(keyResv); r != nil {
+		if r := v.get(keyResv); r != nil {
 			if st.resv, err = decodeResv(r); err != nil {
 				return err
 			}
 		}
-		if err := tx.Bucket(bucketDevices).ForEach(func(k, v []byte) error {
+		if err := tx.bucket(bucketDevices).forEach(func(k, v []byte) error {
 			if len(k) != 2 {
 				return corruptf("device key of %d bytes", len(k))
 			}
@@ -256,7 +255,7 @@ func loadMeta(db *bolt.DB) (st *metaState, err error) {
 		}); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketVolumes).ForEach(func(k, v []byte) error {
+		if err := tx.bucket(bucketVolumes).forEach(func(k, v []byte) error {
 			r, err := decodeVolumeRecord(v)
 			if err != nil {
 				return fmt.Errorf("volume %q: %w", k, err)
@@ -266,7 +265,7 @@ func loadMeta(db *bolt.DB) (st *metaState, err error) {
 		}); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketSlots).ForEach(func(k, v []byte) error {
+		if err := tx.bucket(bucketSlots).forEach(func(k, v []byte) error {
 			if len(k) != 8 {
 				return corruptf("slot key of %d bytes", len(k))
 			}
@@ -282,7 +281,7 @@ func loadMeta(db *bolt.DB) (st *metaState, err error) {
 		}); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketPages).ForEach(func(k, v []byte) error {
+		if err := tx.bucket(bucketPages).forEach(func(k, v []byte) error {
 			owner, page, err := decodePageKey(k)
 			if err != nil {
 				return err
@@ -301,7 +300,7 @@ func loadMeta(db *bolt.DB) (st *metaState, err error) {
 		}); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketChunks).ForEach(func(k, v []byte) error {
+		return tx.bucket(bucketChunks).forEach(func(k, v []byte) error {
 			if len(k) != len(ChunkID{}) {
 				return corruptf("chunk key of %d bytes", len(k))
 			}
@@ -318,37 +317,37 @@ func loadMeta(db *bolt.DB) (st *metaState, err error) {
 
 // copyMeta replaces everything in dst with the content of src, in one
 // transaction on dst: a crash leaves dst wholly old or wholly new.
-func copyMeta(dst, src *bolt.DB) (err error) {
+func copyMeta(dst, src metaDB) (err error) {
 	defer recoverBolt(&err)
-	return src.View(func(stx *bolt.Tx) error {
-		return dst.Update(func(dtx *bolt.Tx) error {
-			if dtx.Bucket(bucketMapV1) != nil {
-				if err := dtx.DeleteBucket(bucketMapV1); err != nil {
+	return src.view(func(stx kvTx) error {
+		return dst.update(func(dtx kvTx) error {
+			if dtx.bucket(bucketMapV1) != nil {
+				if err := dtx.deleteBucket(bucketMapV1); err != nil {
 					return err
 				}
 			}
 			for _, name := range append(allBuckets, bucketRecords) {
-				if dtx.Bucket(name) != nil {
-					if err := dtx.DeleteBucket(name); err != nil {
+				if dtx.bucket(name) != nil {
+					if err := dtx.deleteBucket(name); err != nil {
 						return err
 					}
 				}
-				db, err := dtx.CreateBucket(name)
+				db, err := dtx.createBucket(name)
 				if err != nil {
 					return err
 				}
-				sb := stx.Bucket(name)
+				sb := stx.bucket(name)
 				if sb == nil {
 					if string(name) == string(bucketRecords) {
 						// The source never had records: neither
 						// has the copy.
-						if err := dtx.DeleteBucket(name); err != nil {
+						if err := dtx.deleteBucket(name); err != nil {
 							return err
 						}
 					}
 					continue
 				}
-				if err := sb.ForEach(func(k, v []byte) error { return db.Put(k, v) }); err != nil {
+				if err := sb.forEach(func(k, v []byte) error { return db.put(k, v) }); err != nil {
 					return err
 				}
 			}

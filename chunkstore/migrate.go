@@ -90,7 +90,7 @@ func Migrate(devs []vfs.FS, opts MigrateOptions) (MigrateReport, error) {
 			continue
 		}
 		dbs[i] = db
-		sb, err := readSuper(db)
+		sb, err := readSuper(boltDB{db})
 		if err != nil {
 			continue
 		}
@@ -115,7 +115,7 @@ func Migrate(devs []vfs.FS, opts MigrateOptions) (MigrateReport, error) {
 		}
 		rep.Converted = true
 	} else {
-		st, err := loadMeta(dbs[srcPos])
+		st, err := loadMeta(boltDB{dbs[srcPos]})
 		if err != nil {
 			return rep, fmt.Errorf("chunkstore: migrate: device %d: %w", srcPos, err)
 		}
@@ -126,11 +126,11 @@ func Migrate(devs []vfs.FS, opts MigrateOptions) (MigrateReport, error) {
 		if db == nil || i == srcPos {
 			continue
 		}
-		if sb, err := readSuper(db); err == nil && sb.Version == formatVersion && sb.Seq == srcSB.Seq+boolInt(rep.Converted) {
+		if sb, err := readSuper(boltDB{db}); err == nil && sb.Version == formatVersion && sb.Seq == srcSB.Seq+boolInt(rep.Converted) {
 			step()
 			continue
 		}
-		if err := copyMeta(db, dbs[srcPos]); err != nil {
+		if err := copyMeta(boltDB{db}, boltDB{dbs[srcPos]}); err != nil {
 			return rep, fmt.Errorf("chunkstore: migrate: device %d: %w", i, err)
 		}
 		step()
@@ -202,7 +202,7 @@ func convertReplica(db *bolt.DB, id identity, rep *MigrateReport) (err error) {
 		k, unit := id.Geo.Data, id.Unit
 		capSec := k * unit / SectorSize
 		stripeBytes := int64(k * unit)
-		if err := createBuckets(tx); err != nil {
+		if err := createBuckets(boltTx{tx}); err != nil {
 			return err
 		}
 		slots, pages := tx.Bucket(bucketSlots), tx.Bucket(bucketPages)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/capsule-storage/capsule/internal/crc32c"
 )
@@ -173,7 +172,7 @@ func (s *Store) Records(space string, fn func(key, value []byte) error) error {
 // ones (sorted stored keys and their encoded values, nil for deleted)
 // into fn. ok is false when the replica failed before fn was called
 // (so another may be tried).
-func walkRecords(db *bolt.DB, prefix []byte, staged []string, vals [][]byte, fn func(k, v []byte) error) (err error, ok bool) {
+func walkRecords(db metaDB, prefix []byte, staged []string, vals [][]byte, fn func(k, v []byte) error) (err error, ok bool) {
 	called := false
 	defer func() {
 		if r := recover(); r != nil {
@@ -188,14 +187,14 @@ func walkRecords(db *bolt.DB, prefix []byte, staged []string, vals [][]byte, fn 
 		called = true
 		return fn(k[len(prefix):], v)
 	}
-	err = db.View(func(tx *bolt.Tx) error {
-		var cur *bolt.Cursor
-		if bk := tx.Bucket(bucketRecords); bk != nil {
-			cur = bk.Cursor()
+	err = db.view(func(tx kvTx) error {
+		var cur kvCursor
+		if bk := tx.bucket(bucketRecords); bk != nil {
+			cur = bk.cursor()
 		}
 		var k, v []byte
 		if cur != nil {
-			k, v = cur.Seek(prefix)
+			k, v = cur.seek(prefix)
 		}
 		i := 0
 		for {
@@ -208,7 +207,7 @@ func walkRecords(db *bolt.DB, prefix []byte, staged []string, vals [][]byte, fn 
 			switch {
 			case i < len(staged) && (k == nil || staged[i] <= string(k)):
 				if k != nil && staged[i] == string(k) {
-					k, v = cur.Next() // the staged record replaces it
+					k, v = cur.next() // the staged record replaces it
 				}
 				sk := []byte(staged[i])
 				if vals[i] != nil {
@@ -221,7 +220,7 @@ func walkRecords(db *bolt.DB, prefix []byte, staged []string, vals [][]byte, fn 
 				if err := emit(k, v); err != nil {
 					return err
 				}
-				k, v = cur.Next()
+				k, v = cur.next()
 			}
 		}
 	})
@@ -251,11 +250,11 @@ func (s *Store) restoreRecordsLocked(taken map[string][]byte) {
 }
 
 // applyRecords writes a batch's records into a replica.
-func applyRecords(tx *bolt.Tx, recs map[string][]byte) error {
+func applyRecords(tx kvTx, recs map[string][]byte) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	bk, err := tx.CreateBucketIfNotExists(bucketRecords)
+	bk, err := tx.createBucket(bucketRecords)
 	if err != nil {
 		return err
 	}
@@ -266,9 +265,9 @@ func applyRecords(tx *bolt.Tx, recs map[string][]byte) error {
 	sort.Strings(keys) // bbolt writes sorted keys with fewer page splits
 	for _, k := range keys {
 		if v := recs[k]; v == nil {
-			err = bk.Delete([]byte(k))
+			err = bk.del([]byte(k))
 		} else {
-			err = bk.Put([]byte(k), v)
+			err = bk.put([]byte(k), v)
 		}
 		if err != nil {
 			return err

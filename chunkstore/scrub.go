@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/capsule-storage/capsule/chunkstore/vfs"
 )
@@ -568,7 +567,7 @@ func (s *Store) startRebuild(d *device, newFS vfs.FS) (deviceRecord, error) {
 		return deviceRecord{}, err
 	}
 	id := identity{Device: rec.Device, Store: s.id, Pos: pos, Geo: s.geo, Unit: s.unit, Created: time.Now().UnixNano(), Golden: s.golden}
-	files, err := formatDevice(fsys, id, s.opts.journal, func(db *bolt.DB) error { return copyMeta(db, src.db) })
+	files, err := formatDevice(fsys, id, s.opts.journal, s.opts.metaLog, func(db metaDB) error { return copyMeta(db, src.db) })
 	if err == nil {
 		err = s.trackAlloc(files, false)
 	}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/capsule-storage/capsule/chunkstore/vfs"
 )
@@ -50,7 +49,14 @@ type options struct {
 	idleProv    float64       // WithIdleCompaction
 	idleAfter   time.Duration // WithIdleCompaction; 0: never
 	journal     int64         // WithJournalSize
+	metaLog     bool          // WithMetaLog
 }
+
+// WithMetaLog keeps the metadata replicas in the log format (meta.log:
+// metalog.go) on every device, even those with a host path. Devices with
+// none (a remote device) use it anyway. A store keeps the format it was
+// created with: Open must be given the same option.
+func WithMetaLog() Option { return func(o *options) { o.metaLog = true } }
 
 // WithGeometry sets K+M. Create uses it (default 4+2); Open checks it
 // against the store and fails with ErrGeometryMismatch if it differs.
@@ -253,7 +259,7 @@ func Create(devs []vfs.FS, opts ...Option) (*Store, error) {
 	b.super = superblock{Store: storeID, Geo: o.geo, Unit: o.unit, Seq: 1, GenHigh: genReserve, NextOwner: 1}
 	b.devices = recs
 	for i, fsys := range devs {
-		files, err := formatDevice(fsys, ids[i], o.journal, func(db *bolt.DB) error { return db.Update(b.apply) })
+		files, err := formatDevice(fsys, ids[i], o.journal, o.metaLog, func(db metaDB) error { return db.update(b.apply) })
 		if err != nil {
 			return nil, &DeviceError{Pos: i, Device: fsys.String(), Err: err}
 		}
@@ -483,18 +489,18 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 // the device table against the identities and loads the metadata.
 func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError) (*metaState, error) {
 	type rep struct {
-		db  *bolt.DB
+		db  metaDB
 		sb  superblock
 		err error
 	}
 	reps := make([]rep, s.n)
 	bestPos := -1
 	var hard []*DeviceError
-	dbs := make([]*bolt.DB, s.n)
+	dbs := make([]metaDB, s.n)
 	dbErr := make([]error, s.n)
 	parallel(s.n, true, func(i int) {
 		if idErr[i] == nil {
-			dbs[i], dbErr[i] = openBolt(s.devs[i].fsys())
+			dbs[i], dbErr[i] = openMeta(s.devs[i].fsys(), s.opts.metaLog)
 		}
 	})
 	for i, d := range s.devs {
@@ -526,7 +532,7 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 	closeAll := func() {
 		for _, r := range reps {
 			if r.db != nil {
-				_ = r.db.Close()
+				_ = r.db.close()
 			}
 		}
 	}
@@ -595,7 +601,7 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 				s.log.Warn("chunkstore: rewriting unreadable metadata replica", "pos", i, "err", r.err)
 			}
 			if err := copyMeta(r.db, reps[bestPos].db); err != nil {
-				_ = r.db.Close()
+				_ = r.db.close()
 				reps[i].db = nil
 				*soft = append(*soft, d.devErr(fmt.Errorf("%w: metadata: %v", ErrDeviceMissing, err)))
 				continue
@@ -603,7 +609,7 @@ func (s *Store) openReplicas(ids []identity, idErr []error, soft *[]*DeviceError
 		}
 		data, err := d.fsys().OpenFile(shardFile, os.O_RDWR)
 		if err != nil {
-			_ = r.db.Close()
+			_ = r.db.close()
 			reps[i].db = nil
 			*soft = append(*soft, d.devErr(fmt.Errorf("%w: %v", ErrDeviceMissing, err)))
 			continue

@@ -56,12 +56,13 @@ func (d *device) stop() {
 	}
 }
 
-func dial(t *testing.T, addr string) *host.Controller {
+func dial(t *testing.T, addr string, opts ...host.Option) *host.Controller {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := host.Dial(ctx, addr, host.WithSubsystem(testNQN), host.WithCtrlLossTimeout(20*time.Second),
-		host.WithReconnectDelay(50*time.Millisecond, 200*time.Millisecond))
+	opts = append([]host.Option{host.WithSubsystem(testNQN), host.WithCtrlLossTimeout(20 * time.Second),
+		host.WithReconnectDelay(50*time.Millisecond, 200*time.Millisecond)}, opts...)
+	c, err := host.Dial(ctx, addr, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c

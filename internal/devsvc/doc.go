@@ -85,7 +85,12 @@
 // # Sharp edges
 //
 //   - A remote FS has no host path (HostPath is ErrNotSupported), so a
-//     chunk store cannot keep its bbolt metadata replica on it yet.
+//     chunk store keeps its metadata replica there as meta.log (package
+//     chunkstore, "Metadata"), not in bbolt. TestStoreOnRemoteDevices
+//     runs a 2+1 store on three device services.
+//   - A device is no lock: two heads of one epoch could both write. The
+//     cluster's head lease keeps them apart; the epoch keeps out a head
+//     that lost it.
 //   - ReadAtv and WriteAtv send one command per buffer (at most the
 //     controller's MaxTransfer bytes each), in order.
 //   - The device's own durability is the host's: SYNC is fdatasync of
