@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 
-
 	"github.com/capsule-storage/capsule/internal/crc32c"
 )
 
