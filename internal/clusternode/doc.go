@@ -1,0 +1,57 @@
+// Package clusternode runs a capsule cluster node inside `target serve`:
+// it exports the node's devices to its peers, keeps its membership in
+// the cluster map (package cluster), and serves the volumes whose head
+// lease it holds.
+//
+//	n, _ := clusternode.Start(ctx, clusternode.Config{Map: m, ID: "n1",
+//		Devices: []clusternode.Device{{ID: "d0", Dir: "/srv/d0"}},
+//		Target: tgt, Addrs: []string{"tcp://10.0.0.1:4420"}})
+//	defer n.Close()
+//
+// # Devices
+//
+// Each device directory is a namespace (NSID = its index + 1) of the
+// node's internal subsystem, InternalNQN(ID), served by a device service
+// (package devsvc). Only members may connect: the subsystem allows the
+// host NQN of every node in the map (HostNQN(ID)), read again every
+// second, and no other host. A device holds a directory per volume with
+// a shard position on it.
+//
+// # Volumes
+//
+// Every node campaigns for every volume in the map. The live nodes are
+// ranked for each volume by the rendezvous hash placement uses; the
+// first campaigns at once and each other waits its rank times the head
+// TTL first, so a volume is served by its preferred node whenever that
+// node is up, and by the next one within about a TTL when it is not.
+// The node that gets the head lease (cluster.Head) opens the volume's
+// chunk store on the K+M devices the map places it on, each through its
+// node's device service (this node's own devices too, through its own
+// target, so that every change passes the device's fence), with the
+// metadata replicas as meta.log (chunkstore.WithMetaLog: a device
+// service has no host path). It creates the store on first use, serves
+// the store's volume "data" as namespace 1 of VolumeNQN(name), and stops
+// serving when the lease is lost: the subsystem goes, the store closes.
+// A device whose node cannot be reached within DeviceTimeout is counted
+// out, and the store serves degraded (up to M such devices).
+//
+// # Fencing
+//
+// Two layers keep a replaced head from writing. The namespace's device
+// checks Head.Valid before each write, FUA write, Write Zeroes, Discard
+// and Flush, and fails it with Namespace Not Ready once the lease is not
+// known to be held; and every change it sends to a device carries the
+// head's epoch, which the device refuses once a newer head has written
+// (devsvc, "Fencing").
+//
+// # Sharp edges
+//
+//   - Hosts connect to the head's address; they find it in the map
+//     (HeadOf) for now, not yet through discovery or ANA.
+//   - The volume's subsystem lets any host connect.
+//   - No rebalancer moves shards yet: cluster.Plan computes the moves,
+//     nothing carries them out, and a replaced device's position is
+//     rebuilt only by the store's own Rebuild.
+//   - A new node can be refused by a peer's internal subsystem for up
+//     to a second, until that peer reads the map again.
+package clusternode

@@ -1,0 +1,481 @@
+package clusternode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/chunkstore/vfs"
+	"github.com/capsule-storage/capsule/internal/cluster"
+	"github.com/capsule-storage/capsule/internal/devsvc"
+	"github.com/capsule-storage/capsule/nvmeof"
+	"github.com/capsule-storage/capsule/nvmeof/blockdev"
+	"github.com/capsule-storage/capsule/nvmeof/blockdev/ecvolume"
+	"github.com/capsule-storage/capsule/nvmeof/host"
+	"github.com/capsule-storage/capsule/nvmeof/target"
+)
+
+// InternalNQN is the subsystem through which node id exports its
+// devices to its peers, one namespace per device (NSID = index + 1).
+func InternalNQN(id string) string { return "nqn.2026-12.io.capsule:internal:" + id }
+
+// HostNQN is the NQN node id connects to its peers with.
+func HostNQN(id string) string { return "nqn.2026-12.io.capsule:node:" + id }
+
+// VolumeNQN is the subsystem the head of volume name serves it in, as
+// namespace 1.
+func VolumeNQN(name string) string { return "nqn.2026-12.io.capsule:volume:" + name }
+
+// Device is one device directory the node contributes.
+type Device struct {
+	ID  string // "d0"
+	Dir string
+}
+
+// Config configures a node.
+type Config struct {
+	Map     *cluster.Map
+	ID      string
+	Domain  string
+	Devices []Device
+	// Target is the node's target, listening already; the node adds its
+	// internal subsystem and the subsystems of the volumes it serves.
+	Target *target.Target
+	// Addrs are the URLs peers reach Target at, in order of preference.
+	Addrs []string
+	// HeadTTL is the head lease's TTL (cluster.HeadOptions); 10 s by
+	// default.
+	HeadTTL time.Duration
+	// DeviceTimeout: how long a peer's device may be unreachable before
+	// the head gives it up and serves degraded; 5 s by default.
+	DeviceTimeout time.Duration
+	Log           *slog.Logger
+}
+
+// Node is a running member of the cluster.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	member *cluster.Member
+	sub    *target.Subsystem
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex // guards ctrls, serving
+	ctrls  map[string]*host.Controller
+	served map[string]*served
+}
+
+// served is a volume this node heads.
+type served struct {
+	head  *cluster.Head
+	store *chunkstore.Store
+}
+
+// Start exports the devices, joins the map and begins campaigning for
+// the volumes in it.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.HeadTTL <= 0 {
+		cfg.HeadTTL = 10 * time.Second
+	}
+	if cfg.DeviceTimeout <= 0 {
+		cfg.DeviceTimeout = 5 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{cfg: cfg, log: cfg.Log, ctrls: map[string]*host.Controller{}, served: map[string]*served{}}
+	me := cluster.Node{ID: cfg.ID, Domain: cfg.Domain, Addrs: cfg.Addrs, HostNQN: HostNQN(cfg.ID), State: cluster.Active}
+	sub, err := cfg.Target.AddSubsystem(target.SubsystemConfig{NQN: InternalNQN(cfg.ID)})
+	if err != nil {
+		return nil, err
+	}
+	n.sub = sub
+	for i, d := range cfg.Devices {
+		if err := os.MkdirAll(d.Dir, 0o700); err != nil {
+			return nil, err
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(d.Dir, &st); err != nil {
+			return nil, fmt.Errorf("device %s: %w", d.Dir, err)
+		}
+		me.Devices = append(me.Devices, cluster.Device{ID: d.ID, Capacity: st.Blocks * uint64(st.Bsize)})
+		srv := devsvc.NewServer(vfs.NewOS(d.Dir), cfg.Log)
+		if _, err := sub.AddNamespace(target.NamespaceConfig{NSID: uint32(i + 1), Vendor: srv}); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.allowPeers(ctx); err != nil {
+		return nil, err
+	}
+	mb, err := cfg.Map.Join(ctx, me, cfg.HeadTTL)
+	if err != nil {
+		return nil, err
+	}
+	n.member = mb
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.wg.Go(n.watch)
+	return n, nil
+}
+
+// allowPeers lets every member's host NQN connect to the internal
+// subsystem.
+func (n *Node) allowPeers(ctx context.Context) error {
+	nodes, _, err := n.cfg.Map.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	_ = n.sub.AllowHost(HostNQN(n.cfg.ID))
+	for _, p := range nodes {
+		if p.HostNQN != "" {
+			_ = n.sub.AllowHost(p.HostNQN)
+		}
+	}
+	return nil
+}
+
+// watch keeps the peer list current and campaigns for every volume of
+// the map, once a second.
+func (n *Node) watch() {
+	campaigning := map[string]context.CancelFunc{}
+	defer func() {
+		for _, c := range campaigning {
+			c()
+		}
+	}()
+	for {
+		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+		if err := n.allowPeers(ctx); err != nil && n.ctx.Err() == nil {
+			n.log.Warn("cluster: reading the map", "err", err)
+		}
+		vols, err := n.cfg.Map.Volumes(ctx)
+		cancel()
+		if err == nil {
+			for _, v := range vols {
+				if _, ok := campaigning[v.Name]; !ok {
+					cctx, ccancel := context.WithCancel(n.ctx)
+					campaigning[v.Name] = ccancel
+					n.wg.Go(func() { n.campaign(cctx, v.Name) })
+				}
+			}
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// campaign serves volume name whenever this node can become its head.
+// The node that ranks first for the volume among the live members (by
+// the same rendezvous hash as placement) campaigns at once; the others
+// wait one TTL per rank before they try, so a volume's head is its
+// preferred node when that node is up.
+func (n *Node) campaign(ctx context.Context, name string) {
+	for ctx.Err() == nil {
+		if d := n.delay(ctx, name); d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+		h, err := n.cfg.Map.AcquireHead(ctx, name, n.cfg.ID, cluster.HeadOptions{TTL: n.cfg.HeadTTL})
+		if errors.Is(err, cluster.ErrHeld) {
+			// Wait for the key to go, then rank again.
+			wctx, cancel := context.WithTimeout(ctx, n.cfg.HeadTTL)
+			h, err = n.cfg.Map.CampaignHead(wctx, name, n.cfg.ID, cluster.HeadOptions{TTL: n.cfg.HeadTTL})
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				continue
+			}
+		}
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, cluster.ErrNotFound) {
+				n.log.Warn("cluster: campaign", "volume", name, "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if err := n.serve(ctx, name, h); err != nil && ctx.Err() == nil {
+			n.log.Warn("cluster: serving volume", "volume", name, "err", err)
+			time.Sleep(time.Second)
+		}
+	}
+}
+
+// delay is how long this node waits before it campaigns for name: its
+// rank among the live nodes times the TTL.
+func (n *Node) delay(ctx context.Context, name string) time.Duration {
+	nodes, _, err := n.cfg.Map.Nodes(ctx)
+	if err != nil {
+		return 0
+	}
+	live, err := n.cfg.Map.Live(ctx)
+	if err != nil {
+		return 0
+	}
+	var up []cluster.Node
+	for _, p := range nodes {
+		if live[p.ID] {
+			up = append(up, p)
+		}
+	}
+	seen := map[string]bool{}
+	rank := 0
+	for _, d := range cluster.Rank(name, up) {
+		if seen[d.Node] {
+			continue
+		}
+		if d.Node == n.cfg.ID {
+			return time.Duration(rank) * n.cfg.HeadTTL
+		}
+		seen[d.Node] = true
+		rank++
+	}
+	return time.Duration(rank) * n.cfg.HeadTTL
+}
+
+// serve opens volume name's store on its devices, exports it, and
+// returns when the head is lost.
+func (n *Node) serve(ctx context.Context, name string, h *cluster.Head) (err error) {
+	defer func() {
+		if err != nil {
+			n.release(h)
+		}
+	}()
+	v, _, err := n.cfg.Map.Volume(ctx, name)
+	if err != nil {
+		return err
+	}
+	g, err := chunkstore.ParseGeometry(v.Geometry)
+	if err != nil {
+		return err
+	}
+	nodes, _, err := n.cfg.Map.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	epoch := func() uint64 { return uint64(h.Epoch) }
+	fss := make([]vfs.FS, len(v.Shards))
+	for i, ref := range v.Shards {
+		fss[i] = n.deviceFS(ctx, nodes, ref, name, epoch)
+	}
+	store, err := chunkstore.OpenOrCreate(fss, chunkstore.WithGeometry(g), chunkstore.WithMetaLog(), chunkstore.WithLogger(n.log))
+	if err != nil {
+		return err
+	}
+	dev, err := ecvolume.OpenOrCreate(store, "data", int64(v.Size))
+	if err != nil {
+		store.Close()
+		return err
+	}
+	nqn := VolumeNQN(name)
+	sub, err := n.cfg.Target.AddSubsystem(target.SubsystemConfig{NQN: nqn, AllowAnyHost: true})
+	if err != nil {
+		store.Close()
+		return err
+	}
+	if _, err := sub.AddNamespace(target.NamespaceConfig{NSID: 1, Device: &fenced{Device: dev, head: h}, BlockSize: 4096}); err != nil {
+		n.cfg.Target.RemoveSubsystem(nqn)
+		store.Close()
+		return err
+	}
+	n.log.Info("cluster: serving volume", "volume", name, "epoch", h.Epoch)
+	n.mu.Lock()
+	n.served[name] = &served{head: h, store: store}
+	n.mu.Unlock()
+	select {
+	case <-h.Lost():
+		n.log.Warn("cluster: lost volume", "volume", name, "err", h.Err())
+	case <-ctx.Done():
+	}
+	n.mu.Lock()
+	delete(n.served, name)
+	n.mu.Unlock()
+	n.cfg.Target.RemoveSubsystem(nqn) // closes dev, which syncs
+	store.Close()
+	n.release(h)
+	return nil
+}
+
+// release gives a head up, waiting for etcd at most a TTL: the lease
+// runs out by itself anyway.
+func (n *Node) release(h *cluster.Head) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HeadTTL)
+	defer cancel()
+	if err := h.Release(ctx); err != nil {
+		n.log.Debug("cluster: releasing the head", "volume", h.Volume, "err", err)
+	}
+}
+
+// deviceFS reaches volume vol's directory on device ref: through the
+// device's node's internal subsystem, this node's own included, so that
+// every change passes the device's fence.
+func (n *Node) deviceFS(ctx context.Context, nodes []cluster.Node, ref cluster.DeviceRef, vol string, epoch func() uint64) vfs.FS {
+	i := slices.IndexFunc(nodes, func(p cluster.Node) bool { return p.ID == ref.Node })
+	if i < 0 {
+		return missing(fmt.Sprintf("%s (not in the map)", ref))
+	}
+	nsid := slices.IndexFunc(nodes[i].Devices, func(d cluster.Device) bool { return d.ID == ref.Device }) + 1
+	if nsid == 0 {
+		return missing(fmt.Sprintf("%s (not in the map)", ref))
+	}
+	ctrl, err := n.ctrl(ctx, nodes[i])
+	if err != nil {
+		n.log.Warn("cluster: device unreachable", "device", ref.String(), "err", err)
+		return missing(ref.String())
+	}
+	f, err := devsvc.New(ctrl, uint32(nsid), vol, devsvc.WithEpoch(epoch))
+	if err != nil {
+		return missing(ref.String())
+	}
+	if err := f.MkdirAll("."); err != nil {
+		n.log.Warn("cluster: device unusable", "device", ref.String(), "err", err)
+	}
+	return f
+}
+
+// ctrl returns the controller to a peer's internal subsystem.
+func (n *Node) ctrl(ctx context.Context, p cluster.Node) (*host.Controller, error) {
+	n.mu.Lock()
+	c := n.ctrls[p.ID]
+	n.mu.Unlock()
+	if c != nil && c.State() != host.StateDead {
+		return c, nil
+	}
+	var lastErr error
+	for _, addr := range p.Addrs {
+		dctx, cancel := context.WithTimeout(ctx, n.cfg.DeviceTimeout)
+		c, err := host.Dial(dctx, addr, host.WithSubsystem(InternalNQN(p.ID)), host.WithHostNQN(HostNQN(n.cfg.ID)),
+			host.WithCtrlLossTimeout(n.cfg.DeviceTimeout), host.WithReconnectDelay(100*time.Millisecond, time.Second))
+		cancel()
+		if err == nil {
+			n.mu.Lock()
+			n.ctrls[p.ID] = c
+			n.mu.Unlock()
+			return c, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// Serving returns the names of the volumes this node heads.
+func (n *Node) Serving() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for name := range n.served {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Close stops serving (each head released, so that another node takes
+// over at once), leaves the map's live set and closes the peer
+// connections. The internal subsystem stays on the target, which the
+// caller closes.
+func (n *Node) Close() error {
+	n.cancel()
+	n.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HeadTTL)
+	defer cancel()
+	err := n.member.Close(ctx)
+	n.mu.Lock()
+	for id, c := range n.ctrls {
+		c.Close()
+		delete(n.ctrls, id)
+	}
+	n.mu.Unlock()
+	return err
+}
+
+// fenced is a volume's block device that stops writing once the head's
+// lease is no longer known to be held.
+type fenced struct {
+	blockdev.Device
+	head *cluster.Head
+}
+
+func (f *fenced) check() error {
+	if err := f.head.Valid(); err != nil {
+		return fmt.Errorf("%w: %w", err, nvmeof.StatusNamespaceNotReady)
+	}
+	return nil
+}
+
+func (f *fenced) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
+	return f.Device.WriteAt(p, off)
+}
+
+func (f *fenced) WriteAtFUA(p []byte, off int64) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
+	return f.Device.(blockdev.FUAWriter).WriteAtFUA(p, off)
+}
+
+func (f *fenced) Sync() error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return f.Device.Sync()
+}
+
+func (f *fenced) WriteZeroes(off, n int64) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return f.Device.(blockdev.WriteZeroer).WriteZeroes(off, n)
+}
+
+func (f *fenced) Discard(off, n int64) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return f.Device.(blockdev.Discarder).Discard(off, n)
+}
+
+var (
+	_ blockdev.FUAWriter   = (*fenced)(nil)
+	_ blockdev.WriteZeroer = (*fenced)(nil)
+	_ blockdev.Discarder   = (*fenced)(nil)
+)
+
+// missing is a device that cannot be reached: every operation fails, so
+// the store counts it out and serves degraded.
+type missing string
+
+func (m missing) err(name string) error {
+	return &os.PathError{Op: "cluster", Path: name, Err: fmt.Errorf("device %s unreachable", string(m))}
+}
+func (m missing) OpenFile(name string, _ int) (vfs.File, error) { return nil, m.err(name) }
+func (m missing) Rename(o, _ string) error                      { return m.err(o) }
+func (m missing) Remove(name string) error                      { return m.err(name) }
+func (m missing) MkdirAll(name string) error                    { return m.err(name) }
+func (m missing) SyncDir(name string) error                     { return m.err(name) }
+func (m missing) Stat(name string) (os.FileInfo, error)         { return nil, m.err(name) }
+func (m missing) List(name string) ([]string, error)            { return nil, m.err(name) }
+func (m missing) HostPath(string) (string, error)               { return "", vfs.ErrNotSupported }
+func (m missing) String() string                                { return string(m) }
+
