@@ -478,4 +478,3 @@ func (m missing) Stat(name string) (os.FileInfo, error)         { return nil, m.
 func (m missing) List(name string) ([]string, error)            { return nil, m.err(name) }
 func (m missing) HostPath(string) (string, error)               { return "", vfs.ErrNotSupported }
 func (m missing) String() string                                { return string(m) }
-
