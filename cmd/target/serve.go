@@ -109,6 +109,9 @@ type serveConfig struct {
 	// Metrics is the HOST:PORT /metrics is served on over HTTP, for
 	// Prometheus (metrics.go); "" for none.
 	Metrics string
+
+	// Cluster makes the target a node of a capsule cluster (cluster.go).
+	Cluster clusterConfig
 }
 
 // namespaceSpec is one --namespace: mem:SIZE, file:PATH[:SIZE] or
@@ -194,6 +197,7 @@ func defaultServeConfig() serveConfig {
 		ScrubInterval:  defaultScrubInterval,
 		OverProvision:  chunkstore.DefaultOverProvision,
 		IdleCompaction: chunkstore.DefaultIdleAfter,
+		Cluster:        clusterConfig{EtcdListen: defaultEtcdListen, HeadTTL: defaultHeadTTL},
 	}
 }
 
@@ -221,6 +225,9 @@ func (c *serveConfig) storeDirs() []string {
 func (c *serveConfig) Validate() error {
 	if len(c.Listeners) == 0 {
 		return errors.New("no --listen address")
+	}
+	if err := c.Cluster.validate(c.Listeners); err != nil {
+		return err
 	}
 	for _, u := range c.Listeners {
 		if err := admin.CheckListenURL(u); err != nil {
@@ -381,6 +388,12 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			"comes back to that state. --config FILE starts from a file of that shape instead of those flags;\n" +
 			"a bad one fails, naming the entry at fault, before anything is created.\n" +
 			"\n" +
+			"--cluster-node ID joins a capsule cluster (README, \"A cluster\"): the node contributes its\n" +
+			"--cluster-device directories and serves, one node at a time, the cluster's volumes, each as\n" +
+			"namespace 1 of nqn.2026-12.io.capsule:volume:NAME. The map lives in etcd (--etcd URL; with none,\n" +
+			"an embedded etcd in DATA/etcd on --etcd-listen); the admin socket gains cluster_get_status,\n" +
+			"node_add, node_remove, cluster_volume_create, cluster_volume_delete and volume_get_placement.\n" +
+			"\n" +
 			"--metrics HOST:PORT serves Prometheus metrics at http://HOST:PORT/metrics (every name begins capsule_:\n" +
 			"I/O per namespace, queues, controllers, devices, the store, the scrubber, the file service).\n" +
 			"\n" +
@@ -397,7 +410,7 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			"Example: target serve --listen iwarp://0.0.0.0:4420 --namespace ec:vol0:100GiB \\\n" +
 			"           --device /mnt/d0/capsule ... --device /mnt/d5/capsule \\\n" +
 			"           --allow-host nqn.2014-08.org.nvmexpress:uuid:...",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringSliceFlag{Name: "listen", Value: cli.NewStringSlice(d.Listeners...),
 				Usage: "URL to listen on (repeatable)"},
 			&cli.StringFlag{Name: "data", Value: d.DataDir,
@@ -423,7 +436,7 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			&cli.StringFlag{Name: "rpc-socket", Usage: "serve JSON-RPC 2.0 (SPDK's rpc.py works) on the Unix socket `PATH`, mode 0600 (default: DATA/" + socketFileName + ")"},
 			&cli.StringFlag{Name: "metrics", Usage: "serve Prometheus metrics (capsule_*) at http://`HOST:PORT`/metrics, e.g. 127.0.0.1:9464 (:0 picks a port)"},
 			&cli.StringFlag{Name: "config", Usage: "start from the JSON config `FILE` (save_config's shape) in place of --listen, --namespace, --nqn and the host flags"},
-		},
+		}, clusterFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("serve takes no arguments, got %q", c.Args().Slice()), 2)
@@ -462,6 +475,7 @@ func serveConfigFromFlags(c *cli.Context) (serveConfig, error) {
 		RPCSocket:      c.String("rpc-socket"),
 		ConfigFile:     c.String("config"),
 		Metrics:        c.String("metrics"),
+		Cluster:        clusterConfigFromFlags(c),
 	}
 	for _, f := range subsystemFlags {
 		if c.IsSet(f) {
@@ -620,12 +634,21 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 		defer stop() // before the scrubber, the target and the store close
 		metricsAddr = " metrics=" + addr
 	}
+	clusterField := ""
+	if cfg.Cluster.Node != "" {
+		field, stop, err := startCluster(ctx, cfg.Cluster, cfg.DataDir, t, rpcSrv, log.With("component", "cluster"))
+		if err != nil {
+			return err
+		}
+		defer stop() // before the target closes: the volumes it heads go first
+		clusterField = field
+	}
 	nqn := ""
 	if subs := t.Subsystems(); len(subs) > 0 {
 		nqn = subs[0].NQN()
 	}
-	fmt.Fprintf(out, "capsule target ready listeners=%s nqn=%s discovery=%s rpc=%s%s%s\n",
-		strings.Join(t.Listeners(), ","), nqn, nvmeof.DiscoveryNQN, sock, metricsAddr, degradedField(store))
+	fmt.Fprintf(out, "capsule target ready listeners=%s nqn=%s discovery=%s rpc=%s%s%s%s\n",
+		strings.Join(t.Listeners(), ","), nqn, nvmeof.DiscoveryNQN, sock, metricsAddr, degradedField(store), clusterField)
 	<-ctx.Done()
 	log.Info("signal received: draining")
 	return nil
