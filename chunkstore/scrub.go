@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sort"
 	"sync"
 	"time"
@@ -620,4 +621,38 @@ func (s *Store) rebuildStripe(ref stripeRef, pos int, startGen uint64, rep *Rebu
 		return read, nil
 	}
 	return read, &pendingFix{ref: ref, ext: ext, mask: fixed}
+}
+
+// errRetired is the error of a device Retire took out of use.
+var errRetired = errors.New("chunkstore: device retired (to be replaced)")
+
+// Retire takes the healthy device at pos out of use, as an I/O error
+// would: the store goes on without it, degraded, and Rebuild can then
+// replace it with another device (moving a position to a device
+// elsewhere: a cluster's rebalancer drains a node this way). It refuses
+// with ErrTooManyFailures when more than M devices would then be out of
+// use, and does nothing to a device already out of use.
+func (s *Store) Retire(pos int) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if pos < 0 || pos >= s.n {
+		return fmt.Errorf("%w: device position %d of %d", ErrInvalidArgument, pos, s.n)
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	d := s.devs[pos]
+	if !d.writable() {
+		return nil
+	}
+	if out := s.n - bits.OnesCount64(s.writableMask()) + 1; out > s.geo.Parity {
+		return fmt.Errorf("%w: retiring device %d would leave %d of %d devices out of use, %s tolerates %d",
+			ErrTooManyFailures, pos, out, s.n, s.geo, s.geo.Parity)
+	}
+	st := d.getState()
+	if d.state.CompareAndSwap(int32(st), int32(DeviceFailed)) {
+		d.setErr(errRetired)
+		s.log.Info("chunkstore: device retired; continuing degraded until it is replaced", "pos", pos, "device", d.name())
+	}
+	return nil
 }

@@ -35,6 +35,23 @@
 // A device whose node cannot be reached within DeviceTimeout is counted
 // out, and the store serves degraded (up to M such devices).
 //
+// # Maintenance (maintain.go)
+//
+// The head looks after its volumes every MaintainEvery (2 s), one step
+// at a time: a position the map gives a device other than the one the
+// store uses is moved there; a position out of use whose device's node
+// is live again is rebuilt in place (the volume's directory there
+// emptied first: its shards are stale); and with every position in use,
+// the first move of the volume's plan (cluster.Plan: a node added, a
+// node draining) is written to the map, and carried out in the next
+// step. A move takes the old device out of use (chunkstore's Retire),
+// empties the volume's directory on the new one and rebuilds the
+// position there (Rebuild, at most RebuildRate bytes per second of
+// reads), so the volume is degraded by one device while it runs. The map
+// names the new device before the rebuild starts, so a head that dies
+// midway leaves the next one to resume it. cluster_get_status lists the
+// rebuilds a node runs, with their progress.
+//
 // # Fencing
 //
 // Two layers keep a replaced head from writing. The namespace's device
@@ -49,9 +66,10 @@
 //   - Hosts connect to the head's address; they find it in the map
 //     (HeadOf) for now, not yet through discovery or ANA.
 //   - The volume's subsystem lets any host connect.
-//   - No rebalancer moves shards yet: cluster.Plan computes the moves,
-//     nothing carries them out, and a replaced device's position is
-//     rebuilt only by the store's own Rebuild.
+//   - A move makes the volume degraded by one device until it ends;
+//     copying the position while the old device still serves would not.
+//   - A device that fails for good on a live node is rebuilt in place
+//     again and again; drain its node to move the position away.
 //   - A new node can be refused by a peer's internal subsystem for up
 //     to a second, until that peer reads the map again.
 package clusternode

@@ -57,6 +57,12 @@ type Config struct {
 	// DeviceTimeout: how long a peer's device may be unreachable before
 	// the head gives it up and serves degraded; 5 s by default.
 	DeviceTimeout time.Duration
+	// RebuildRate limits the reads of a rebuild or a move, in bytes per
+	// second; 64 MiB/s by default, negative for no limit.
+	RebuildRate int64
+	// MaintainEvery is how often a head looks for positions to rebuild
+	// or move; 2 s by default.
+	MaintainEvery time.Duration
 	Log           *slog.Logger
 }
 
@@ -78,8 +84,16 @@ type Node struct {
 
 // served is a volume this node heads.
 type served struct {
+	name  string
 	head  *cluster.Head
 	store *chunkstore.Store
+	// have[i] is the device the store uses at position i (the map's at
+	// open, then each finished move); only the maintenance goroutine
+	// changes it.
+	have []cluster.DeviceRef
+
+	mu      sync.Mutex // guards rebuild
+	rebuild *RebuildStatus
 }
 
 // Start exports the devices, joins the map and begins campaigning for
@@ -93,6 +107,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RebuildRate == 0 {
+		cfg.RebuildRate = 64 << 20
+	}
+	if cfg.MaintainEvery <= 0 {
+		cfg.MaintainEvery = 2 * time.Second
 	}
 	n := &Node{cfg: cfg, log: cfg.Log, ctrls: map[string]*host.Controller{}, served: map[string]*served{}}
 	me := cluster.Node{ID: cfg.ID, Domain: cfg.Domain, Addrs: cfg.Addrs, HostNQN: HostNQN(cfg.ID), State: cluster.Active}
@@ -298,13 +318,22 @@ func (n *Node) serve(ctx context.Context, name string, h *cluster.Head) (err err
 	}
 	n.log.Info("cluster: serving volume", "volume", name, "epoch", h.Epoch)
 	n.mu.Lock()
-	n.served[name] = &served{head: h, store: store}
+	vs := &served{name: name, head: h, store: store, have: slices.Clone(v.Shards)}
+	n.served[name] = vs
 	n.mu.Unlock()
+	mctx, stopMaintain := context.WithCancel(ctx)
+	maintained := make(chan struct{})
+	go func() {
+		defer close(maintained)
+		n.maintain(mctx, vs)
+	}()
 	select {
 	case <-h.Lost():
 		n.log.Warn("cluster: lost volume", "volume", name, "err", h.Err())
 	case <-ctx.Done():
 	}
+	stopMaintain()
+	<-maintained
 	n.mu.Lock()
 	delete(n.served, name)
 	n.mu.Unlock()

@@ -57,6 +57,10 @@ func (w writer) Write(p []byte) (int, error) {
 }
 
 func startNode(t *testing.T, endpoints []string, id, dir string) *testNode {
+	return startNodeWith(t, endpoints, id, dir, func(*Config) {})
+}
+
+func startNodeWith(t *testing.T, endpoints []string, id, dir string, tune func(*Config)) *testNode {
 	t.Helper()
 	tgt, err := target.New()
 	require.NoError(t, err)
@@ -67,8 +71,11 @@ func startNode(t *testing.T, endpoints []string, id, dir string) *testNode {
 	cli, err := cluster.Connect(endpoints)
 	require.NoError(t, err)
 	m := cluster.New(cli, "/"+t.Name()+"/")
-	n, err := Start(ctx, Config{Map: m, ID: id, Devices: []Device{{ID: "d0", Dir: filepath.Join(dir, id, "d0")}},
-		Target: tgt, Addrs: []string{addr}, HeadTTL: 2 * time.Second, DeviceTimeout: time.Second, Log: logger(t)})
+	cfg := Config{Map: m, ID: id, Devices: []Device{{ID: "d0", Dir: filepath.Join(dir, id, "d0")}},
+		Target: tgt, Addrs: []string{addr}, HeadTTL: 2 * time.Second, DeviceTimeout: time.Second, Log: logger(t),
+		MaintainEvery: 200 * time.Millisecond}
+	tune(&cfg)
+	n, err := Start(ctx, cfg)
 	require.NoError(t, err)
 	tn := &testNode{id: id, addr: addr, tgt: tgt, node: n, cli: m}
 	t.Cleanup(tn.stop)

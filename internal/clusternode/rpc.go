@@ -69,8 +69,9 @@ type volumeStatus struct {
 }
 
 type clusterStatus struct {
-	Node    string         `json:"node"`
-	Serving []string       `json:"serving"`
+	Node     string          `json:"node"`
+	Serving  []string        `json:"serving"`
+	Rebuilds []RebuildStatus `json:"rebuilds"`
 	Members []memberStatus `json:"members"`
 	Volumes []volumeStatus `json:"volumes"`
 }
@@ -96,7 +97,7 @@ func (n *Node) rpcStatus(ctx context.Context, params json.RawMessage) (any, erro
 	if err != nil {
 		return nil, rpcErr(err)
 	}
-	st := clusterStatus{Node: n.cfg.ID, Serving: n.Serving(), Members: []memberStatus{}, Volumes: []volumeStatus{}}
+	st := clusterStatus{Node: n.cfg.ID, Serving: n.Serving(), Rebuilds: n.Rebuilds(), Members: []memberStatus{}, Volumes: []volumeStatus{}}
 	for _, p := range nodes {
 		st.Members = append(st.Members, memberStatus{Node: p, Live: live[p.ID]})
 	}

@@ -1,0 +1,176 @@
+package clusternode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/internal/cluster"
+)
+
+// RebuildStatus is a position of a served volume being filled on a
+// device: a node's device brought back, a dead one's replaced, or a
+// position moved by the rebalancer.
+type RebuildStatus struct {
+	Volume   string            `json:"volume"`
+	Position int               `json:"position"`
+	From     cluster.DeviceRef `json:"from"`
+	To       cluster.DeviceRef `json:"to"`
+	Stripes  int64             `json:"stripes"`
+	Done     int64             `json:"done"`
+	Bytes    int64             `json:"bytes"`
+	Started  time.Time         `json:"started"`
+}
+
+// Rebuilds returns the rebuilds this node runs now.
+func (n *Node) Rebuilds() []RebuildStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := []RebuildStatus{}
+	for _, vs := range n.served {
+		vs.mu.Lock()
+		if vs.rebuild != nil {
+			out = append(out, *vs.rebuild)
+		}
+		vs.mu.Unlock()
+	}
+	return out
+}
+
+// maintain is the head's background work on a served volume, every
+// MaintainEvery until ctx ends: one step of maintainOnce at a time.
+func (n *Node) maintain(ctx context.Context, vs *served) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.cfg.MaintainEvery):
+		}
+		if err := n.maintainOnce(ctx, vs); err != nil && ctx.Err() == nil {
+			n.log.Warn("cluster: volume maintenance", "volume", vs.name, "err", err)
+		}
+	}
+}
+
+// maintainOnce does the first thing a volume needs, in this order:
+//
+//  1. a position the map gives another device than the store uses: move
+//     it there (the rebalancer recorded the move in the map first, so a
+//     new head resumes it);
+//  2. a position out of use whose device's node is live: rebuild it
+//     there, in place (a node that came back, a device that failed);
+//  3. with every position in use, the first move of the volume's plan
+//     (cluster.Plan: a new node, a drained one), recorded in the map.
+func (n *Node) maintainOnce(ctx context.Context, vs *served) error {
+	v, _, err := n.cfg.Map.Volume(ctx, vs.name)
+	if err != nil {
+		return err
+	}
+	nodes, _, err := n.cfg.Map.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	live, err := n.cfg.Map.Live(ctx)
+	if err != nil {
+		return err
+	}
+	if len(v.Shards) != len(vs.have) {
+		return fmt.Errorf("the map gives %d positions, the store has %d", len(v.Shards), len(vs.have))
+	}
+	for pos, want := range v.Shards {
+		if want != vs.have[pos] && live[want.Node] {
+			return n.fill(ctx, vs, pos, want, nodes)
+		}
+	}
+	info := vs.store.Info()
+	healthy := true
+	for pos, d := range info.Devices {
+		if d.State == chunkstore.DeviceHealthy {
+			continue
+		}
+		healthy = false
+		if want := v.Shards[pos]; want == vs.have[pos] && live[want.Node] {
+			return n.fill(ctx, vs, pos, want, nodes)
+		}
+	}
+	if !healthy {
+		return nil
+	}
+	_, moves, err := cluster.Plan(v, nodes)
+	if err != nil || len(moves) == 0 {
+		return err
+	}
+	m := moves[0]
+	_, err = n.cfg.Map.UpdateVolume(ctx, vs.name, func(x *cluster.Volume) error {
+		if x.Shards[m.Position] != m.From {
+			return fmt.Errorf("%w: position %d moved meanwhile", cluster.ErrConflict, m.Position)
+		}
+		x.Shards[m.Position] = m.To
+		return nil
+	})
+	if err == nil {
+		n.log.Info("cluster: moving a position", "volume", vs.name, "position", m.Position, "from", m.From.String(), "to", m.To.String())
+	}
+	return err
+}
+
+// fill rebuilds position pos of the store onto device want: out of use
+// first (Retire) if it is still in use, then the volume's directory on
+// want emptied unless a rebuild onto it is under way, then Rebuild.
+func (n *Node) fill(ctx context.Context, vs *served, pos int, want cluster.DeviceRef, nodes []cluster.Node) error {
+	fsys := n.deviceFS(ctx, nodes, want, vs.name, func() uint64 { return uint64(vs.head.Epoch) })
+	if _, ok := fsys.(missing); ok {
+		return fmt.Errorf("position %d: device %s unreachable", pos, want)
+	}
+	st := vs.store.Info().Devices[pos].State
+	resume := st == chunkstore.DeviceRebuilding && want == vs.have[pos]
+	if st == chunkstore.DeviceHealthy {
+		if err := vs.store.Retire(pos); err != nil {
+			return err
+		}
+	}
+	opts := chunkstore.RebuildOptions{FS: fsys, BytesPerSecond: max(n.cfg.RebuildRate, 0)}
+	if resume {
+		opts.FS = nil
+	} else {
+		// A device that comes back, or held this volume before, keeps
+		// an old identity there: the rebuild needs the directory empty.
+		names, err := fsys.List(".")
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			if err := fsys.Remove(name); err != nil {
+				return err
+			}
+		}
+	}
+	rs := &RebuildStatus{Volume: vs.name, Position: pos, From: vs.have[pos], To: want, Started: time.Now()}
+	vs.mu.Lock()
+	vs.rebuild = rs
+	vs.mu.Unlock()
+	defer func() {
+		vs.mu.Lock()
+		vs.rebuild = nil
+		vs.mu.Unlock()
+	}()
+	opts.Progress = func(p chunkstore.Progress) {
+		vs.mu.Lock()
+		rs.Stripes, rs.Done, rs.Bytes = p.Stripes, p.Done, p.Bytes
+		vs.mu.Unlock()
+	}
+	n.log.Info("cluster: rebuilding a position", "volume", vs.name, "position", pos, "from", vs.have[pos].String(), "to", want.String())
+	rep, err := vs.store.Rebuild(ctx, pos, opts)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil // resumed by the next head, or the next round
+		}
+		return err
+	}
+	vs.have[pos] = want
+	n.log.Info("cluster: position rebuilt", "volume", vs.name, "position", pos, "device", want.String(),
+		"stripes", rep.Rebuilt, "unrecoverable", rep.Unrecoverable, "took", time.Since(rs.Started).Round(time.Millisecond))
+	return nil
+}
