@@ -72,8 +72,8 @@ type clusterStatus struct {
 	Node     string          `json:"node"`
 	Serving  []string        `json:"serving"`
 	Rebuilds []RebuildStatus `json:"rebuilds"`
-	Members []memberStatus `json:"members"`
-	Volumes []volumeStatus `json:"volumes"`
+	Members  []memberStatus  `json:"members"`
+	Volumes  []volumeStatus  `json:"volumes"`
 }
 
 func (n *Node) rpcStatus(ctx context.Context, params json.RawMessage) (any, error) {
