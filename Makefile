@@ -10,7 +10,7 @@ GOFILES  = $(shell find . -name '*.go' -not -path './.git/*' -not -path './bin/*
 # tests; prometheus gives promtool, which checks the /metrics output, and
 # the server that scrapes it in integration/metrics_test.go; tshark checks
 # the wire (make wirecheck).
-TEST_DEBS := libibverbs-dev librdmacm-dev pkg-config fuse3 fio nbdkit libnbd-bin python3-libnbd qemu-utils rsync prometheus
+TEST_DEBS := libibverbs-dev librdmacm-dev pkg-config fuse3 fio nbdkit libnbd-bin python3-libnbd qemu-utils rsync prometheus etcd-server
 
 # fio's headers for the capsule ioengine: the source package of the fio
 # Debian installed, configured (scripts/fio-src.sh).

@@ -41,10 +41,10 @@
 // at a time: a position the map gives a device other than the one the
 // store uses is moved there; a position out of use whose device's node
 // is live again is rebuilt in place (the volume's directory there
-// emptied first: its shards are stale); and with every position in use,
-// the first move of the volume's plan (cluster.Plan: a node added, a
-// node draining) is written to the map, and carried out in the next
-// step. A move takes the old device out of use (chunkstore's Retire),
+// emptied first: its shards are stale); and a move of the volume's plan
+// (cluster.Plan: a node added, a node draining) is written to the map and
+// carried out in the next step: the move of a position out of use (a dead
+// node drained) at once, any other only when every position is in use. A move takes the old device out of use (chunkstore's Retire),
 // empties the volume's directory on the new one and rebuilds the
 // position there (Rebuild, at most RebuildRate bytes per second of
 // reads), so the volume is degraded by one device while it runs. The map

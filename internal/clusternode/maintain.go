@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/capsule-storage/capsule/chunkstore"
@@ -61,8 +62,9 @@ func (n *Node) maintain(ctx context.Context, vs *served) {
 //     new head resumes it);
 //  2. a position out of use whose device's node is live: rebuild it
 //     there, in place (a node that came back, a device that failed);
-//  3. with every position in use, the first move of the volume's plan
-//     (cluster.Plan: a new node, a drained one), recorded in the map.
+//  3. a move of the volume's plan (cluster.Plan: a new node, a drained
+//     one), recorded in the map: one of a position out of use first,
+//     any other only when every position is in use.
 func (n *Node) maintainOnce(ctx context.Context, vs *served) error {
 	v, _, err := n.cfg.Map.Volume(ctx, vs.name)
 	if err != nil {
@@ -95,14 +97,22 @@ func (n *Node) maintainOnce(ctx context.Context, vs *served) error {
 			return n.fill(ctx, vs, pos, want, nodes)
 		}
 	}
-	if !healthy {
-		return nil
-	}
 	_, moves, err := cluster.Plan(v, nodes)
 	if err != nil || len(moves) == 0 {
 		return err
 	}
-	m := moves[0]
+	// A position out of use moves first and at any time (it costs no
+	// redundancy); one in use only when every position is.
+	i := slices.IndexFunc(moves, func(m cluster.Move) bool {
+		return info.Devices[m.Position].State != chunkstore.DeviceHealthy
+	})
+	if i < 0 {
+		if !healthy {
+			return nil
+		}
+		i = 0
+	}
+	m := moves[i]
 	_, err = n.cfg.Map.UpdateVolume(ctx, vs.name, func(x *cluster.Volume) error {
 		if x.Shards[m.Position] != m.From {
 			return fmt.Errorf("%w: position %d moved meanwhile", cluster.ErrConflict, m.Position)
@@ -169,7 +179,9 @@ func (n *Node) fill(ctx context.Context, vs *served, pos int, want cluster.Devic
 		}
 		return err
 	}
+	vs.mu.Lock()
 	vs.have[pos] = want
+	vs.mu.Unlock()
 	n.log.Info("cluster: position rebuilt", "volume", vs.name, "position", pos, "device", want.String(),
 		"stripes", rep.Rebuilt, "unrecoverable", rep.Unrecoverable, "took", time.Since(rs.Started).Round(time.Millisecond))
 	return nil

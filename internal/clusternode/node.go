@@ -88,11 +88,11 @@ type served struct {
 	head  *cluster.Head
 	store *chunkstore.Store
 	// have[i] is the device the store uses at position i (the map's at
-	// open, then each finished move); only the maintenance goroutine
-	// changes it.
+	// open, then each finished move). Only the maintenance goroutine
+	// changes it, under mu; it reads it without.
 	have []cluster.DeviceRef
 
-	mu      sync.Mutex // guards rebuild
+	mu      sync.Mutex // guards rebuild, and have's changes
 	rebuild *RebuildStatus
 }
 

@@ -68,9 +68,41 @@ type volumeStatus struct {
 	Error string            `json:"placement_error,omitempty"`
 }
 
+// servedStatus is a volume this node heads, as its store sees it.
+type servedStatus struct {
+	Volume   string           `json:"volume"`
+	Epoch    int64            `json:"epoch"`
+	Degraded bool             `json:"degraded"`
+	Devices  []servedPosition `json:"devices"`
+}
+
+type servedPosition struct {
+	Device cluster.DeviceRef `json:"device"`
+	State  string            `json:"state"`
+}
+
+// Stores describes the stores of the volumes this node heads.
+func (n *Node) stores() []servedStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := []servedStatus{}
+	for _, vs := range n.served {
+		in := vs.store.Info()
+		st := servedStatus{Volume: vs.name, Epoch: vs.head.Epoch, Degraded: in.Degraded}
+		vs.mu.Lock()
+		for i, d := range in.Devices {
+			st.Devices = append(st.Devices, servedPosition{Device: vs.have[i], State: d.State.String()})
+		}
+		vs.mu.Unlock()
+		out = append(out, st)
+	}
+	return out
+}
+
 type clusterStatus struct {
 	Node     string          `json:"node"`
 	Serving  []string        `json:"serving"`
+	Stores   []servedStatus  `json:"stores"`
 	Rebuilds []RebuildStatus `json:"rebuilds"`
 	Members  []memberStatus  `json:"members"`
 	Volumes  []volumeStatus  `json:"volumes"`
@@ -97,7 +129,7 @@ func (n *Node) rpcStatus(ctx context.Context, params json.RawMessage) (any, erro
 	if err != nil {
 		return nil, rpcErr(err)
 	}
-	st := clusterStatus{Node: n.cfg.ID, Serving: n.Serving(), Rebuilds: n.Rebuilds(), Members: []memberStatus{}, Volumes: []volumeStatus{}}
+	st := clusterStatus{Node: n.cfg.ID, Serving: n.Serving(), Stores: n.stores(), Rebuilds: n.Rebuilds(), Members: []memberStatus{}, Volumes: []volumeStatus{}}
 	for _, p := range nodes {
 		st.Members = append(st.Members, memberStatus{Node: p, Live: live[p.ID]})
 	}
