@@ -647,7 +647,7 @@ func (h *memHandle) ReadAtv(bufs [][]byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer h.fs.mu.Unlock()
-	return readAtvLoop(readerAtFunc(h.readAt), bufs, off)
+	return ReadAtvLoop(readerAtFunc(h.readAt), bufs, off)
 }
 
 // WriteAtv is one operation: atomic with respect to a crash.
@@ -656,7 +656,7 @@ func (h *memHandle) WriteAtv(bufs [][]byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer h.fs.mu.Unlock()
-	return writeAtvLoop(writerAtFunc(h.writeAt), bufs, off)
+	return WriteAtvLoop(writerAtFunc(h.writeAt), bufs, off)
 }
 
 type readerAtFunc func([]byte, int64) (int, error)

@@ -197,8 +197,9 @@ func totalLen(bufs [][]byte) int {
 	return n
 }
 
-// readAtvLoop implements ReadAtv with one ReadAt per buffer.
-func readAtvLoop(f io.ReaderAt, bufs [][]byte, off int64) (int, error) {
+// ReadAtvLoop implements ReadAtv with one ReadAt per buffer, for files
+// with no vectored read of their own.
+func ReadAtvLoop(f io.ReaderAt, bufs [][]byte, off int64) (int, error) {
 	done := 0
 	for _, b := range bufs {
 		n, err := f.ReadAt(b, off+int64(done))
@@ -210,8 +211,8 @@ func readAtvLoop(f io.ReaderAt, bufs [][]byte, off int64) (int, error) {
 	return done, nil
 }
 
-// writeAtvLoop implements WriteAtv with one WriteAt per buffer.
-func writeAtvLoop(f io.WriterAt, bufs [][]byte, off int64) (int, error) {
+// WriteAtvLoop implements WriteAtv with one WriteAt per buffer.
+func WriteAtvLoop(f io.WriterAt, bufs [][]byte, off int64) (int, error) {
 	done := 0
 	for _, b := range bufs {
 		n, err := f.WriteAt(b, off+int64(done))

@@ -307,31 +307,11 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	return done, nil
 }
 
-// ReadAtv fills bufs in order from off.
-func (f *file) ReadAtv(bufs [][]byte, off int64) (int, error) {
-	total := 0
-	for _, b := range bufs {
-		n, err := f.ReadAt(b, off+int64(total))
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
-}
+// ReadAtv fills bufs in order from off, one READ (or more) per buffer.
+func (f *file) ReadAtv(bufs [][]byte, off int64) (int, error) { return vfs.ReadAtvLoop(f, bufs, off) }
 
-// WriteAtv writes bufs in order at off.
-func (f *file) WriteAtv(bufs [][]byte, off int64) (int, error) {
-	total := 0
-	for _, b := range bufs {
-		n, err := f.WriteAt(b, off+int64(total))
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
-}
+// WriteAtv writes bufs in order at off, one WRITE (or more) per buffer.
+func (f *file) WriteAtv(bufs [][]byte, off int64) (int, error) { return vfs.WriteAtvLoop(f, bufs, off) }
 
 // Sync makes the file's data and size durable on the device.
 func (f *file) Sync() error {
