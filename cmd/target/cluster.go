@@ -39,11 +39,15 @@ type clusterConfig struct {
 	Advertise []string
 	// HeadTTL is the lease of each volume this node serves.
 	HeadTTL time.Duration
+	// RebuildRate limits the reads of the rebuilds and moves this node
+	// runs as a head, bytes per second; 0 is unlimited.
+	RebuildRate int64
 }
 
 const (
-	defaultEtcdListen = "http://127.0.0.1:2379"
-	defaultHeadTTL    = 10 * time.Second
+	defaultEtcdListen  = "http://127.0.0.1:2379"
+	defaultHeadTTL     = 10 * time.Second
+	defaultRebuildRate = 64 << 20
 )
 
 func clusterFlags() []cli.Flag {
@@ -54,16 +58,23 @@ func clusterFlags() []cli.Flag {
 		&cli.StringFlag{Name: "etcd-listen", Value: defaultEtcdListen, Usage: "client `URL` of the embedded etcd"},
 		&cli.StringSliceFlag{Name: "cluster-device", Usage: "a device `DIR` the node contributes to the cluster (repeatable; default DATA/cluster/d0)"},
 		&cli.StringSliceFlag{Name: "advertise", Usage: "`URL` peers reach this node at (repeatable; default the --listen URLs with a host)"},
+		&cli.StringFlag{Name: "rebuild-rate", Value: "64MiB", Usage: "limit the reads of a rebuild or move this node runs as a head, per second (0: unlimited)"},
 		&cli.DurationFlag{Name: "head-ttl", Value: defaultHeadTTL, Usage: "lease of each volume this node serves: a failed node's volumes move after about this long"},
 	}
 }
 
-func clusterConfigFromFlags(c *cli.Context) clusterConfig {
-	return clusterConfig{
+func clusterConfigFromFlags(c *cli.Context) (clusterConfig, error) {
+	cc := clusterConfig{
 		Node: c.String("cluster-node"), Domain: c.String("domain"), Etcd: c.StringSlice("etcd"),
 		EtcdListen: c.String("etcd-listen"), Devices: c.StringSlice("cluster-device"),
 		Advertise: c.StringSlice("advertise"), HeadTTL: c.Duration("head-ttl"),
 	}
+	rate, err := parseSize(strings.TrimSuffix(strings.TrimSpace(c.String("rebuild-rate")), "/s"))
+	if err != nil {
+		return cc, fmt.Errorf("--rebuild-rate: %v (for example 64MiB, or 0 for no limit)", err)
+	}
+	cc.RebuildRate = rate
+	return cc, nil
 }
 
 // validate checks the cluster flags against the listeners.
@@ -117,6 +128,14 @@ func advertised(listeners []string) []string {
 	return out
 }
 
+// rebuildRate is the node's RebuildRate for the flag's: 0 is no limit.
+func rebuildRate(flag int64) int64 {
+	if flag == 0 {
+		return -1
+	}
+	return flag
+}
+
 // startCluster joins the cluster: etcd (embedded when none is given),
 // the map, and the node. It returns what the ready line adds and how to
 // stop, in reverse order.
@@ -158,7 +177,7 @@ func startCluster(ctx context.Context, cc clusterConfig, dataDir string, t *targ
 	defer cancel()
 	n, err := clusternode.Start(jctx, clusternode.Config{
 		Map: cluster.New(cli, ""), ID: cc.Node, Domain: cc.Domain, Devices: devices,
-		Target: t, Addrs: addrs, HeadTTL: cc.HeadTTL, Log: log,
+		Target: t, Addrs: addrs, HeadTTL: cc.HeadTTL, Log: log, RebuildRate: rebuildRate(cc.RebuildRate),
 	})
 	if err != nil {
 		stop()

@@ -197,7 +197,7 @@ func defaultServeConfig() serveConfig {
 		ScrubInterval:  defaultScrubInterval,
 		OverProvision:  chunkstore.DefaultOverProvision,
 		IdleCompaction: chunkstore.DefaultIdleAfter,
-		Cluster:        clusterConfig{EtcdListen: defaultEtcdListen, HeadTTL: defaultHeadTTL},
+		Cluster:        clusterConfig{EtcdListen: defaultEtcdListen, HeadTTL: defaultHeadTTL, RebuildRate: defaultRebuildRate},
 	}
 }
 
@@ -475,7 +475,10 @@ func serveConfigFromFlags(c *cli.Context) (serveConfig, error) {
 		RPCSocket:      c.String("rpc-socket"),
 		ConfigFile:     c.String("config"),
 		Metrics:        c.String("metrics"),
-		Cluster:        clusterConfigFromFlags(c),
+	}
+	var err error
+	if cfg.Cluster, err = clusterConfigFromFlags(c); err != nil {
+		return cfg, err
 	}
 	for _, f := range subsystemFlags {
 		if c.IsSet(f) {

@@ -79,10 +79,10 @@ func parseServe(t *testing.T, args ...string) (serveConfig, error) {
 
 func TestServeClusterFlags(t *testing.T) {
 	cfg, err := parseServe(t, "--listen", "tcp://10.0.0.1:4420", "--listen", "shm://x", "--cluster-node", "n1", "--domain", "rack2",
-		"--etcd", "http://10.0.0.9:2379", "--etcd", "http://10.0.0.8:2379", "--cluster-device", "/d0", "--head-ttl", "5s", "--allow-any-host")
+		"--etcd", "http://10.0.0.9:2379", "--etcd", "http://10.0.0.8:2379", "--cluster-device", "/d0", "--head-ttl", "5s", "--rebuild-rate", "0", "--allow-any-host")
 	require.NoError(t, err)
 	assert.Equal(t, clusterConfig{Node: "n1", Domain: "rack2", Etcd: []string{"http://10.0.0.9:2379", "http://10.0.0.8:2379"},
-		EtcdListen: defaultEtcdListen, Devices: []string{"/d0"}, HeadTTL: 5 * time.Second}, cfg.Cluster)
+		EtcdListen: defaultEtcdListen, Devices: []string{"/d0"}, HeadTTL: 5 * time.Second, RebuildRate: 0}, cfg.Cluster)
 	assert.Equal(t, []string{"tcp://10.0.0.1:4420"}, advertised(cfg.Listeners))
 	for _, bad := range [][]string{
 		{"--etcd", "http://10.0.0.9:2379"},              // no --cluster-node
@@ -138,7 +138,7 @@ func TestServeFlags(t *testing.T) {
 		OverProvision:  0.5,
 		IdleCompaction: 10 * time.Second,
 		SubsystemFlags: []string{"listen", "namespace", "nqn", "allow-host"},
-		Cluster:        clusterConfig{EtcdListen: defaultEtcdListen, HeadTTL: defaultHeadTTL},
+		Cluster:        clusterConfig{EtcdListen: defaultEtcdListen, HeadTTL: defaultHeadTTL, RebuildRate: defaultRebuildRate},
 	}, cfg, "an allow-list, so not any host")
 	assert.Equal(t, []string{"/d0", "/d1", "/d2"}, cfg.storeDirs())
 
