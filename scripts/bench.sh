@@ -32,7 +32,9 @@
 # every fio case and of the other Go benchmarks (at least 3; the table
 # shows medians), RUNTIME the seconds of each fio run. ONLY=block runs the
 # R5′ and R5 fio part (and R3's fio baseline) alone, ONLY=fuse the R6′ and R12 part alone,
-# ONLY=ecwrite the R7′ part alone.
+# ONLY=ecwrite the R7′ part alone, ONLY=cluster issue 18's cluster figures
+# alone (scripts/clusterbench.sh: six netns nodes against a local 4+2
+# volume, and a move's rebuild rate; root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count="${COUNT:-5}"
@@ -40,7 +42,7 @@ reps="${REPS:-3}"
 runtime="${RUNTIME:-5}"
 only="${ONLY:-}"
 [ "$reps" -ge 3 ] || { echo "REPS must be at least 3" >&2; exit 2; }
-case "$only" in "" | block | fuse | ecwrite) ;; *) echo "ONLY must be block, fuse or ecwrite" >&2; exit 2 ;; esac
+case "$only" in "" | block | fuse | ecwrite | cluster) ;; *) echo "ONLY must be block, fuse, ecwrite or cluster" >&2; exit 2 ;; esac
 work="$(mktemp -d)"
 out="$work/results"
 : >"$out"
@@ -216,6 +218,11 @@ if [ -z "$only" ] || [ "$only" = fuse ]; then
 fi
 if [ -z "$only" ] || [ "$only" = ecwrite ]; then
 	ecwrite
+	echo
+fi
+if [ -z "$only" ] || [ "$only" = cluster ]; then
+	echo "== the cluster (issue 18): printed as it runs, not in the table"
+	RUNTIME="$runtime" ./scripts/clusterbench.sh
 	echo
 fi
 # R11: spdk_nvme_perf against capsule and SPDK's nvmf_tgt, where SPDK is
