@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/capsule-storage/capsule/internal/admin"
 	"github.com/capsule-storage/capsule/internal/cluster"
@@ -106,30 +107,45 @@ type clusterStatus struct {
 	Rebuilds []RebuildStatus `json:"rebuilds"`
 	Members  []memberStatus  `json:"members"`
 	Volumes  []volumeStatus  `json:"volumes"`
+	// MapError says why the cluster map could not be read (etcd out of
+	// reach): then only this node's own part is there.
+	MapError string `json:"map_error,omitempty"`
 }
 
 func (n *Node) rpcStatus(ctx context.Context, params json.RawMessage) (any, error) {
 	if err := decode(params, &struct{}{}); err != nil {
 		return nil, err
 	}
+	// What this node knows answers even when etcd does not.
+	st := clusterStatus{Node: n.cfg.ID, Serving: n.Serving(), Stores: n.stores(), Rebuilds: n.Rebuilds(),
+		Members: []memberStatus{}, Volumes: []volumeStatus{}}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := n.mapStatus(ctx, &st); err != nil {
+		st.MapError = err.Error()
+	}
+	return st, nil
+}
+
+// mapStatus fills in what the cluster map says.
+func (n *Node) mapStatus(ctx context.Context, st *clusterStatus) error {
 	m := n.cfg.Map
 	nodes, _, err := m.Nodes(ctx)
 	if err != nil {
-		return nil, rpcErr(err)
+		return err
 	}
 	live, err := m.Live(ctx)
 	if err != nil {
-		return nil, rpcErr(err)
+		return err
 	}
 	heads, err := m.Heads(ctx)
 	if err != nil {
-		return nil, rpcErr(err)
+		return err
 	}
 	vols, err := m.Volumes(ctx)
 	if err != nil {
-		return nil, rpcErr(err)
+		return err
 	}
-	st := clusterStatus{Node: n.cfg.ID, Serving: n.Serving(), Stores: n.stores(), Rebuilds: n.Rebuilds(), Members: []memberStatus{}, Volumes: []volumeStatus{}}
 	for _, p := range nodes {
 		st.Members = append(st.Members, memberStatus{Node: p, Live: live[p.ID]})
 	}
@@ -145,7 +161,7 @@ func (n *Node) rpcStatus(ctx context.Context, params json.RawMessage) (any, erro
 		}
 		st.Volumes = append(st.Volumes, vs)
 	}
-	return st, nil
+	return nil
 }
 
 func (n *Node) rpcNodeAdd(ctx context.Context, params json.RawMessage) (any, error) {
