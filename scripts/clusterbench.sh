@@ -104,10 +104,11 @@ run() { # NAME URI NQN RW BS QD
 	out="$(ip netns exec "${pfx}host" fio --name=x --ioengine=external:"$engine" --thread=1 --uri="$uri" --nqn="$nqn" \
 		--rw="$rw" --bs="$bs" --iodepth="$qd" --size="$size" --time_based --runtime="$runtime" --output-format=json)"
 	t1="$(cputicks)"
-	python3 - "$name" "$rw" "$((t1 - t0))" "$hz" <<<"$out" <<'PY'
+	printf '%s' "$out" >"$work/fio.json"
+	python3 - "$name" "$rw" "$((t1 - t0))" "$hz" "$work/fio.json" <<'PY'
 import json, sys
 name, rw, ticks, hz = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-j = json.load(sys.stdin)["jobs"][0]
+j = json.load(open(sys.argv[5]))["jobs"][0]
 d = j["write" if "write" in rw else "read"]
 ios = max(d["total_ios"], 1)
 print(f"{name} {d['iops']:.0f} IOPS {d['bw_bytes']/1e6:.0f} MB/s cpu {ticks/hz*1e6/ios:.0f} us/IO")
@@ -137,12 +138,12 @@ done
 t1="$(date +%s.%N)"
 line="$(grep -m1 "position rebuilt" "$work/n$head.log.err" || true)"
 echo "rebuild: ${line:-none within 300 s}"
-python3 - "$t0" "$t1" "$size" <<'PY'
-import sys
-t0, t1, size = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-b = int(size[:-1]) * mult[size[-1]] if size[-1] in mult else int(size)
-# One position holds 1/K of the data written (K = 4), and the random and
-# sequential writes above covered the written region at least once.
-print(f"move of one position: {t1 - t0:.1f} s from the drain, about {b / 4 / (1 << 20) / (t1 - t0):.0f} MiB/s of shard data")
+python3 - "$t0" "$t1" "$line" <<'PY'
+import re, sys
+t0, t1, line = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+m = re.search(r"stripes=(\d+) .*took=([\d.]+)(ms|s)", line)
+if m:
+    took = float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
+    mib = int(m.group(1)) * 64 / 1024  # one 64 KiB shard per stripe
+    print(f"rebuild of one position: {mib:.0f} MiB of shard data in {took:.2f} s, {mib / took:.0f} MiB/s; {t1 - t0:.1f} s from the drain")
 PY
