@@ -573,6 +573,10 @@
 //
 // # Sharp edges
 //
+//   - A meta.log replica takes no lock: where bbolt's file lock refuses a
+//     second process (ErrDeviceBusy), two processes can open one device
+//     with meta.log. Cluster volumes are kept apart by their head lease
+//     and the devices' epoch fence (internal/devsvc), not by this.
 //   - A lone flushed 4 KiB sector costs a short stripe: three shard
 //     writes (one data, two parity at 4+2) and a slot for the cleaner to
 //     reclaim.
