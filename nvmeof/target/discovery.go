@@ -3,6 +3,7 @@ package target
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,13 +22,65 @@ func (t *Target) discoveryChanged() {
 	}
 }
 
+// RemoteEntry is a discovery log entry for another target's listener,
+// which the discovery log lists after this target's own: a subsystem that
+// several targets serve between them (a cluster's volume, one path per
+// target), or a referral to another target's discovery subsystem.
+type RemoteEntry struct {
+	// NQN is the subsystem; nvmeof.DiscoveryNQN makes the entry a
+	// referral (SUBTYPE 1), anything else an NVM subsystem (SUBTYPE 2).
+	NQN string
+	// URL is the other target's listener, as its Target.Listen returned
+	// it.
+	URL string
+	// PortID is PORTID, which should name the other target's port
+	// uniquely among the entries.
+	PortID uint16
+}
+
+// SetRemoteEntries replaces the entries for other targets' listeners
+// that the discovery log lists. An entry whose subsystem this target also
+// serves is listed only to the hosts that subsystem allows; any other
+// goes to every host. A change bumps the log's generation counter and
+// tells the discovery controllers that asked for Discovery Log Change
+// events; setting the entries the log already has does neither.
+func (t *Target) SetRemoteEntries(entries []RemoteEntry) error {
+	out := make([]nvmeof.DiscoveryLogEntry, 0, len(entries))
+	for _, r := range entries {
+		e, err := discoveryEntry(r.URL, r.PortID)
+		if err != nil {
+			return err
+		}
+		e.SUBTYPE = nvmeof.SubsystemNVMe
+		if r.NQN == nvmeof.DiscoveryNQN {
+			e.SUBTYPE = nvmeof.SubsystemReferral
+		} else if err := nvmeof.ValidateNQN(r.NQN); err != nil {
+			return fmt.Errorf("%w: %q", ErrInvalidNQN, r.NQN)
+		}
+		e.SUBNQN = r.NQN
+		out = append(out, e)
+	}
+	t.mu.Lock()
+	same := slices.Equal(t.remote, out)
+	if !same {
+		t.remote = out
+	}
+	t.mu.Unlock()
+	if !same {
+		t.discoveryChanged()
+	}
+	return nil
+}
+
 // discoveryLogPage renders the discovery log for a host: one entry per
 // listener for the discovery subsystem itself (SUBTYPE 3), then one per
-// listener for every NVM subsystem the host may connect to (SUBTYPE 2).
+// listener for every NVM subsystem the host may connect to (SUBTYPE 2),
+// then the remote entries (SetRemoteEntries) the host may use.
 func (t *Target) discoveryLogPage(hostNQN string) []byte {
 	t.mu.Lock()
 	listeners := append([]listener(nil), t.listeners...)
 	subs := append([]*Subsystem(nil), t.order...)
+	remote := t.remote
 	t.mu.Unlock()
 
 	var log nvmeof.DiscoveryLog
@@ -53,6 +106,14 @@ func (t *Target) discoveryLogPage(hostNQN string) []byte {
 				e.SUBNQN = s.nqn
 				log.Entries = append(log.Entries, e)
 			}
+		}
+		for _, e := range remote {
+			if e.SUBTYPE == nvmeof.SubsystemNVMe {
+				if s := t.Subsystem(e.SUBNQN); s != nil && !s.HostAllowed(hostNQN) {
+					continue
+				}
+			}
+			log.Entries = append(log.Entries, e)
 		}
 		if t.genctr.Load() == gen {
 			break

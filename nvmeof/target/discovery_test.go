@@ -150,3 +150,56 @@ func TestDiscoveryKeepAliveDefault(t *testing.T) {
 	require.NoError(t, r.cqe.Status.Err())
 	assert.Equal(t, uint32(DiscoveryKATO/time.Millisecond), r.cqe.DW0, "a discovery controller without KATO gets one")
 }
+
+// TestDiscoveryRemoteEntries: entries for other targets' listeners follow
+// the target's own, a referral as SUBTYPE 1, an NVM subsystem this target
+// also serves only to the hosts it allows; setting them tells the
+// discovery controllers, and setting the same ones again does not.
+func TestDiscoveryRemoteEntries(t *testing.T) {
+	tg, err := New(WithLogger(testLogger(t)))
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	_, err = tg.AddSubsystem(SubsystemConfig{NQN: "nqn.2026-11.io.capsule:theirs", Hosts: []string{otherHost}})
+	require.NoError(t, err)
+	url, err := tg.Listen(context.Background(), transports()["iwarp"]())
+	require.NoError(t, err)
+	q := adminQueue(t, url, nvmeof.DiscoveryNQN, 0)
+	require.NoError(t, q.setFeature(nvmeof.FeatureAsyncEventConfig, uint32(nvmeof.AECDiscoveryLogPageChange)).cqe.Status.Err())
+	aer := nvmeof.Command{Opcode: nvmeof.AdminAsyncEventRequest, CID: q.cid()}
+	q.submit(&aer, nil)
+
+	remote := []RemoteEntry{
+		{NQN: "nqn.2026-11.io.capsule:vol", URL: "tcp://10.0.0.2:4420", PortID: 0x201},
+		{NQN: "nqn.2026-11.io.capsule:theirs", URL: "tcp://10.0.0.2:4420", PortID: 0x201},
+		{NQN: nvmeof.DiscoveryNQN, URL: "tcp://[fd00::3]:4420", PortID: 0x301},
+	}
+	require.NoError(t, tg.SetRemoteEntries(remote))
+	ev := nvmeof.ParseAsyncEvent(q.wait(aer.CID).cqe.DW0)
+	assert.Equal(t, nvmeof.NoticeDiscoveryLogPageChange, ev.Info)
+
+	var log nvmeof.DiscoveryLog
+	require.NoError(t, log.UnmarshalBinary(q.getLogPage(nvmeof.LogDiscovery, 0, 0, uint64(nvmeof.DiscoveryLogSize(3)))))
+	require.Len(t, log.Entries, 3, "this discovery subsystem, the volume on 10.0.0.2, the referral; not theirs")
+	assert.Equal(t, nvmeof.SubsystemCurrentDiscovery, log.Entries[0].SUBTYPE)
+	vol := log.Entries[1]
+	assert.Equal(t, nvmeof.SubsystemNVMe, vol.SUBTYPE)
+	assert.Equal(t, "nqn.2026-11.io.capsule:vol", vol.SUBNQN)
+	assert.Equal(t, nvmeof.TransportTCP, vol.TRTYPE)
+	assert.Equal(t, "10.0.0.2", vol.TRADDR)
+	assert.Equal(t, "4420", vol.TRSVCID)
+	assert.Equal(t, uint16(0x201), vol.PORTID)
+	ref := log.Entries[2]
+	assert.Equal(t, nvmeof.SubsystemReferral, ref.SUBTYPE)
+	assert.Equal(t, nvmeof.DiscoveryNQN, ref.SUBNQN)
+	assert.Equal(t, nvmeof.AddressFamilyIPv6, ref.ADRFAM)
+	assert.Equal(t, "fd00::3", ref.TRADDR)
+
+	gen := log.GenCtr
+	require.NoError(t, tg.SetRemoteEntries(remote))
+	h, err := nvmeof.ParseDiscoveryLogHeader(q.getLogPage(nvmeof.LogDiscovery, 0, 0, 1024))
+	require.NoError(t, err)
+	assert.Equal(t, gen, h.GenCtr, "the same entries again change nothing")
+
+	assert.Error(t, tg.SetRemoteEntries([]RemoteEntry{{NQN: "nqn.2026-11.io.capsule:vol", URL: "smoke://x"}}))
+	assert.Error(t, tg.SetRemoteEntries([]RemoteEntry{{NQN: "", URL: "tcp://10.0.0.2:4420"}}))
+}

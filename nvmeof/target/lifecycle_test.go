@@ -242,3 +242,28 @@ func TestRegionsReused(t *testing.T) {
 		assert.Zero(t, cached())
 	})
 }
+
+// TestCNTLIDRange: a subsystem gives out only the controller IDs its
+// configuration allows, and a Connect beyond them fails.
+func TestCNTLIDRange(t *testing.T) {
+	tg, err := New(WithLogger(testLogger(t)))
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	for _, r := range [][2]uint16{{5, 4}, {1, nvmeof.MaxCNTLID + 1}} {
+		_, err := tg.AddSubsystem(SubsystemConfig{NQN: testSubNQN, AllowAnyHost: true, MinCNTLID: r[0], MaxCNTLID: r[1]})
+		assert.ErrorIs(t, err, ErrInvalidOption, "%d to %d", r[0], r[1])
+	}
+	_, err = tg.AddSubsystem(SubsystemConfig{NQN: testSubNQN, AllowAnyHost: true, MinCNTLID: 0x1001, MaxCNTLID: 0x1002})
+	require.NoError(t, err)
+	url, err := tg.Listen(context.Background(), transports()["shm"]())
+	require.NoError(t, err)
+	var got []uint16
+	for range 2 {
+		got = append(got, adminQueue(t, url, testSubNQN, 0).cntlid)
+	}
+	assert.ElementsMatch(t, []uint16{0x1001, 0x1002}, got)
+	q, err := dialRaw(t, url, rawDialConfig{qid: 0, hsqsize: 31, hrqsize: 32})
+	require.NoError(t, err)
+	r := q.connect(31, 0, hostData(testSubNQN, nvmeof.CNTLIDDynamic), false)
+	assert.Error(t, r.cqe.Status.Err(), "every controller ID of the range is taken")
+}

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -35,6 +36,13 @@ type SubsystemConfig struct {
 	// Listeners are listener URLs (as Target.Listen returns them) that
 	// serve the subsystem when OwnListeners is set.
 	Listeners []string
+	// MinCNTLID and MaxCNTLID bound the controller IDs the subsystem
+	// gives out (1 and MaxCNTLID, FFEFh, when zero), as Linux nvmet's
+	// attr_cntlid_min and _max and SPDK's min_cntlid and max_cntlid do:
+	// targets that serve one subsystem between them give each a range of
+	// its own, so that a host reaching them all (multipath) never sees
+	// one CNTLID twice, which Linux and SPDK hosts refuse.
+	MinCNTLID, MaxCNTLID uint16
 }
 
 // nsTable is an immutable snapshot of a subsystem's namespaces, replaced
@@ -62,6 +70,8 @@ type Subsystem struct {
 	hosts       map[string]struct{}
 	controllers map[uint16]*controller
 	nextCNTLID  uint16
+	minCNTLID   uint16 // the range allocCNTLID gives out; fixed
+	maxCNTLID   uint16
 	removed     bool // RemoveSubsystem ran: no new controllers
 	ownListen   bool
 	listeners   map[string]struct{}      // with ownListen: the listener URLs that serve it
@@ -83,6 +93,10 @@ func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) (*Subsystem, e
 	if !printable(sn, nvmeof.SerialNumberSize) {
 		return nil, fmt.Errorf("%w: serial number %q: want up to 20 printable ASCII characters", ErrInvalidOption, sn)
 	}
+	minID, maxID := cmp.Or(cfg.MinCNTLID, 1), cmp.Or(cfg.MaxCNTLID, nvmeof.MaxCNTLID)
+	if minID > maxID || maxID > nvmeof.MaxCNTLID {
+		return nil, fmt.Errorf("%w: controller IDs %d to %d: want 1 <= min <= max <= %d", ErrInvalidOption, minID, maxID, nvmeof.MaxCNTLID)
+	}
 	s := &Subsystem{
 		t:           t,
 		nqn:         cfg.NQN,
@@ -91,7 +105,9 @@ func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) (*Subsystem, e
 		allowAny:    cfg.AllowAnyHost,
 		hosts:       make(map[string]struct{}),
 		controllers: make(map[uint16]*controller),
-		nextCNTLID:  1,
+		nextCNTLID:  minID,
+		minCNTLID:   minID,
+		maxCNTLID:   maxID,
 		ownListen:   cfg.OwnListeners && !discovery,
 		listeners:   make(map[string]struct{}),
 		ana:         make(map[string]*anaPort),
@@ -391,11 +407,11 @@ func (s *Subsystem) allocCNTLID(c *controller) bool {
 	if s.removed {
 		return false
 	}
-	for range int(nvmeof.MaxCNTLID) {
+	for range int(s.maxCNTLID-s.minCNTLID) + 1 {
 		id := s.nextCNTLID
 		s.nextCNTLID++
-		if s.nextCNTLID == 0 || s.nextCNTLID > nvmeof.MaxCNTLID {
-			s.nextCNTLID = 1
+		if s.nextCNTLID == 0 || s.nextCNTLID > s.maxCNTLID {
+			s.nextCNTLID = s.minCNTLID
 		}
 		if _, used := s.controllers[id]; !used {
 			c.cntlid = id

@@ -37,8 +37,9 @@ type Target struct {
 	subsystems map[string]*Subsystem
 	order      []*Subsystem // NVM subsystems in the order they were added
 	listeners  []listener
-	nextPortID uint16              // PORTID of the next listener; never reused
-	queues     map[*queue]struct{} // live queues, connected or not
+	nextPortID uint16                     // PORTID of the next listener; never reused
+	remote     []nvmeof.DiscoveryLogEntry // SetRemoteEntries'; replaced whole
+	queues     map[*queue]struct{}        // live queues, connected or not
 	closed     bool
 
 	// wg counts the goroutines the target started: accept loops, queue
