@@ -63,8 +63,11 @@ func ctxFor(t *testing.T) context.Context {
 // addNodes puts nodes n0..n{count-1} (two devices each) in the map.
 func addNodes(t *testing.T, m *Map, count int) []Node {
 	nodes := nodesOf(count, 2, 0)
-	for _, n := range nodes {
+	for i, n := range nodes {
 		require.NoError(t, m.AddNode(ctxFor(t), n))
+		got, _, err := m.Node(ctxFor(t), n.ID)
+		require.NoError(t, err)
+		nodes[i].Index = got.Index
 	}
 	return nodes
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -67,7 +68,8 @@ func (m *Map) headKey(name string) string {
 	return m.prefix + "heads/" + name
 }
 
-// AddNode puts a new node in the map; ErrExists if its ID is taken.
+// AddNode puts a new node in the map, numbered (Node.Index) with the
+// smallest number no other node has; ErrExists if its ID is taken.
 func (m *Map) AddNode(ctx context.Context, n Node) error {
 	if n.State == "" {
 		n.State = Active
@@ -76,15 +78,33 @@ func (m *Map) AddNode(ctx context.Context, n Node) error {
 		return err
 	}
 	k := m.nodeKey(n.ID)
-	r, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, mustJSON(n))).Commit()
-	if err != nil {
-		return err
+	for {
+		nodes, _, rev, err := m.nodes(ctx)
+		if err != nil {
+			return err
+		}
+		used := map[uint16]bool{}
+		for _, o := range nodes {
+			used[o.Index] = true
+		}
+		n.Index = 1
+		for used[n.Index] {
+			n.Index++
+		}
+		// No node came or went since the read, so the number is free.
+		r, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(m.prefix+"nodes/").WithPrefix(), "<", rev+1)).
+			Then(clientv3.OpPut(k, mustJSON(n))).Commit()
+		if err != nil {
+			return err
+		}
+		if r.Succeeded {
+			return nil
+		}
+		if _, _, err := m.Node(ctx, n.ID); err == nil {
+			return fmt.Errorf("%w: node %s", ErrExists, n.ID)
+		}
 	}
-	if !r.Succeeded {
-		return fmt.Errorf("%w: node %s", ErrExists, n.ID)
-	}
-	return nil
 }
 
 // Node reads one node and the revision it was last changed at.
@@ -209,6 +229,9 @@ func (m *Map) CreateVolume(ctx context.Context, v Volume) (Volume, error) {
 	nodes, revs, _, err := m.nodes(ctx)
 	if err != nil {
 		return Volume{}, err
+	}
+	if v.UUID == "" {
+		v.UUID = uuid.NewString()
 	}
 	if len(v.Shards) == 0 {
 		if v.Shards, _, err = Plan(v, nodes); err != nil {
@@ -406,9 +429,9 @@ func (m *Map) Join(ctx context.Context, n Node, ttl time.Duration) (*Member, err
 	err := m.AddNode(ctx, n)
 	if errors.Is(err, ErrExists) {
 		err = m.UpdateNode(ctx, n.ID, func(old *Node) error {
-			state := old.State
+			state, index := old.State, old.Index
 			*old = n
-			old.State = state
+			old.State, old.Index = state, index
 			return nil
 		})
 	}

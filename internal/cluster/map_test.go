@@ -20,6 +20,31 @@ func TestMapNodes(t *testing.T) {
 	got, _, err := m.Nodes(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, nodes, got)
+	for i, n := range nodes {
+		assert.Equal(t, uint16(i+1), n.Index, "nodes are numbered from 1 as they come")
+	}
+
+	// Nodes added at once still get numbers of their own.
+	var adds sync.WaitGroup
+	for i := range 6 {
+		adds.Go(func() {
+			assert.NoError(t, m.AddNode(ctx, Node{ID: fmt.Sprintf("c%d", i), Addrs: []string{"tcp://10.0.1.1:4420"}}))
+		})
+	}
+	adds.Wait()
+	all, _, err := m.Nodes(ctx)
+	require.NoError(t, err)
+	seen := map[uint16]string{}
+	for _, n := range all {
+		assert.NotContains(t, seen, n.Index, "%s and %s", n.ID, seen[n.Index])
+		seen[n.Index] = n.ID
+	}
+	assert.Len(t, seen, 9)
+	lo, hi := CNTLIDRange(2)
+	assert.Equal(t, [2]uint16{1001, 2000}, [2]uint16{lo, hi})
+	lo, hi = CNTLIDRange(65)
+	assert.LessOrEqual(t, hi, uint16(0xFFEF), "within MaxCNTLID")
+	assert.Equal(t, uint16(64001), lo)
 
 	// Concurrent updates all land: each adds a device.
 	var wg sync.WaitGroup
@@ -126,6 +151,12 @@ func TestMapRemoveNode(t *testing.T) {
 	require.NoError(t, m.RemoveNode(ctx, "n2"))
 	_, _, err = m.Node(ctx, "n2")
 	assert.ErrorIs(t, err, ErrNotFound)
+
+	// The next node takes the number n2 left.
+	require.NoError(t, m.AddNode(ctx, Node{ID: "n9", Addrs: []string{"tcp://10.0.0.9:4420"}}))
+	n9, _, err := m.Node(ctx, "n9")
+	require.NoError(t, err)
+	assert.Equal(t, uint16(3), n9.Index)
 }
 
 func TestJoinAndLive(t *testing.T) {

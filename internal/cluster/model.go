@@ -37,6 +37,21 @@ type Node struct {
 	Devices []Device `json:"devices"`
 	// State is Active or Draining.
 	State NodeState `json:"state"`
+	// Index numbers the node among the map's nodes, from 1: AddNode
+	// gives it the smallest number no other node has, and it stays for
+	// the node's life. Nodes give out disjoint controller IDs by it
+	// (CNTLIDRange).
+	Index uint16 `json:"index,omitempty"`
+}
+
+// CNTLIDRange is the range of controller IDs the node numbered index
+// gives out in a volume's subsystem, which every node serves (one path
+// each): 1000 of them, disjoint for the first 65 nodes, as hosts that
+// reach a subsystem through several targets need.
+func CNTLIDRange(index uint16) (lo, hi uint16) {
+	const per = 1000
+	slot := (max(index, 1) - 1) % 65
+	return slot*per + 1, slot*per + per
 }
 
 // Device is one device directory of a node.
@@ -78,6 +93,9 @@ type Volume struct {
 	Size uint64 `json:"size"`
 	// Spread is SpreadNode unless set.
 	Spread Spread `json:"spread,omitempty"`
+	// UUID identifies the volume to hosts (its namespace's NGUID and
+	// UUID), the same on every node; CreateVolume makes a random one.
+	UUID string `json:"uuid,omitempty"`
 	// Shards[i] is the device that holds the volume's device position i
 	// (chunkstore's device i). Set by CreateVolume, changed by the
 	// rebalancer one position at a time.
