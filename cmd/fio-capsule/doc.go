@@ -5,7 +5,7 @@
 // transport it speaks.
 //
 //	fio --name=job --ioengine=external:bin/fio-capsule.so --thread=1 \
-//	    --uri=shm://capsule [--nqn=NQN] [--nsid=1] [--hostnqn=NQN] [--fua=1] \
+//	    --uri=shm://capsule[,URL...] [--nqn=NQN] [--nsid=1] [--hostnqn=NQN] [--fua=1] \
 //	    [--reconnect_timeout=30] --rw=randread --bs=4k --iodepth=32
 //
 // # Layers
@@ -48,6 +48,14 @@
 // not list it, the job fails with a message naming the NVM subsystems it
 // does list. The namespace (--nsid, default 1) is the job's one file: no
 // --filename, its size is the namespace's.
+//
+// --uri may list several URLs, separated by commas: the paths of one
+// subsystem (--nqn required), such as the nodes of a capsule cluster,
+// each serving a volume with its own ANA state. The job then connects
+// to all of them (host.DialMultipath) and its I/O goes where ANA says,
+// following the volume's head when it moves. fio's buffers are then
+// plain anonymous memory, not one controller's registered memory: on
+// shm and RDMA each path copies through its own buffers.
 //
 // thread=1 is required, as for SPDK's plugin: the Go runtime started when
 // fio loaded the engine does not survive fork, so the engine refuses

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 )
@@ -18,7 +20,9 @@ import (
 // jobConfig is what one fio job asks of its connection: the engine's
 // options and the job's own I/O shape.
 type jobConfig struct {
-	// URI is the capsule URL (shm://, iwarp://, tcp://, rdma://).
+	// URI is the capsule URL (shm://, iwarp://, tcp://, rdma://), or
+	// several separated by commas: the paths of one subsystem (NQN must
+	// be set), used as host.DialMultipath uses them.
 	URI string
 	// NQN, when set, is the NVM subsystem to connect to; without it, the
 	// first NVM subsystem of the discovery log at URI.
@@ -55,6 +59,10 @@ type completion struct {
 type job struct {
 	ctrl *host.Controller
 	ns   *host.Namespace
+	// mp and mns are set instead of ctrl and ns when URI lists several
+	// paths.
+	mp   *host.Multipath
+	mns  *host.MultipathNamespace
 	done func(*host.Request) // j.onDone, made once
 	// mem is fio's I/O memory (allocMem), registered with the host
 	// library: reads and writes in it move without a copy.
@@ -111,6 +119,9 @@ func openJob(ctx context.Context, cfg jobConfig) (*job, error) {
 	if cfg.Logger != nil {
 		opts = append(opts, host.WithLogger(cfg.Logger))
 	}
+	if urls := strings.Split(cfg.URI, ","); len(urls) > 1 {
+		return openMultipath(ctx, cfg, urls, opts)
+	}
 	c, err := host.Dial(ctx, cfg.URI, opts...)
 	if err != nil {
 		if cfg.NQN != "" {
@@ -123,20 +134,39 @@ func openJob(ctx context.Context, cfg jobConfig) (*job, error) {
 		c.Close()
 		return nil, fmt.Errorf("namespace %d of %s: %w", cfg.NSID, cfg.URI, err)
 	}
-	j := &job{
-		ctrl:     c,
-		ns:       ns,
-		free:     make([]*host.Request, 0, cfg.Depth),
-		pending:  make([]*host.Request, 0, cfg.Depth),
-		finished: make([]completion, 0, cfg.Depth),
-		back:     make([]*host.Request, 0, cfg.Depth),
-		wake:     make(chan struct{}, 1),
+	return newJob(cfg, &job{ctrl: c, ns: ns}), nil
+}
+
+// openMultipath connects to every URL as a path of the subsystem cfg.NQN
+// names (host.DialMultipath) and opens the namespace on them.
+func openMultipath(ctx context.Context, cfg jobConfig, urls []string, opts []host.Option) (*job, error) {
+	if cfg.NQN == "" {
+		return nil, errors.New("--uri with several paths needs --nqn")
 	}
+	m, err := host.DialMultipath(ctx, urls, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s at %s: %w", cfg.NQN, cfg.URI, err)
+	}
+	ns, err := m.Namespace(cfg.NSID)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("namespace %d of %s: %w", cfg.NSID, cfg.URI, err)
+	}
+	return newJob(cfg, &job{mp: m, mns: ns}), nil
+}
+
+// newJob readies j, connected, for cfg.Depth requests in flight.
+func newJob(cfg jobConfig, j *job) *job {
+	j.free = make([]*host.Request, 0, cfg.Depth)
+	j.pending = make([]*host.Request, 0, cfg.Depth)
+	j.finished = make([]completion, 0, cfg.Depth)
+	j.back = make([]*host.Request, 0, cfg.Depth)
+	j.wake = make(chan struct{}, 1)
 	j.done = j.onDone
 	for range cfg.Depth {
 		j.free = append(j.free, &host.Request{Done: j.done})
 	}
-	return j, nil
+	return j
 }
 
 // subsystemError explains why the subsystem --nqn names could not be
@@ -170,10 +200,45 @@ func subsystemError(ctx context.Context, cfg jobConfig, err error) error {
 }
 
 // size is the namespace's size in bytes; blockSize its block size.
-func (j *job) size() int64     { return j.ns.Size() }
-func (j *job) blockSize() int  { return j.ns.BlockSize() }
-func (j *job) close() error    { return j.ctrl.Close() }
-func (j *job) info() host.Info { i, _ := j.ctrl.Info(); return i }
+func (j *job) size() int64 {
+	if j.mns != nil {
+		return j.mns.Size()
+	}
+	return j.ns.Size()
+}
+
+func (j *job) blockSize() int {
+	if j.mns != nil {
+		return j.mns.BlockSize()
+	}
+	return j.ns.BlockSize()
+}
+
+func (j *job) close() error {
+	if j.mp != nil {
+		return j.mp.Close()
+	}
+	return j.ctrl.Close()
+}
+
+// info describes the job's controller; with several paths, the first
+// connected one's.
+func (j *job) info() host.Info {
+	c := j.ctrl
+	if j.mp != nil {
+		for _, p := range j.mp.Paths() {
+			if p.Controller != nil {
+				c = p.Controller
+				break
+			}
+		}
+	}
+	if c == nil {
+		return host.Info{}
+	}
+	i, _ := c.Info()
+	return i
+}
 
 // allocMem returns size bytes of the controller's registered memory
 // (host.Controller.AllocBuffer) for fio's io_u buffers, once per job:
@@ -181,6 +246,17 @@ func (j *job) info() host.Info { i, _ := j.ctrl.Info(); return i }
 func (j *job) allocMem(size int) ([]byte, error) {
 	if j.mem != nil {
 		return nil, errors.New("the job's I/O memory is already allocated")
+	}
+	if j.mp != nil {
+		// No one controller's memory serves every path: plain memory
+		// outside the Go heap, which each path moves through its own
+		// buffers (a copy on shm and RDMA, none on TCP).
+		mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+		if err != nil {
+			return nil, fmt.Errorf("allocating %d bytes of I/O memory: %w", size, err)
+		}
+		j.mem = mem
+		return mem, nil
 	}
 	mem, err := j.ctrl.AllocBuffer(size)
 	if err != nil {
@@ -195,7 +271,12 @@ func (j *job) freeMem() error {
 	if j.mem == nil {
 		return nil
 	}
-	err := j.ctrl.FreeBuffer(j.mem)
+	var err error
+	if j.mp != nil {
+		err = unix.Munmap(j.mem)
+	} else {
+		err = j.ctrl.FreeBuffer(j.mem)
+	}
 	j.mem = nil
 	return err
 }
@@ -230,6 +311,15 @@ func (j *job) queue(tag uint64, op host.Op, off int64, buf []byte, length int64,
 // it.
 func (j *job) commit() {
 	rest := j.pending
+	if j.mns != nil {
+		for _, r := range rest {
+			if err := j.mns.Submit(r); err != nil {
+				r.Err, r.N = err, 0
+				j.finish(r)
+			}
+		}
+		rest = nil
+	}
 	for len(rest) > 0 {
 		n, err := j.ns.SubmitBatch(0, rest)
 		if err == nil {

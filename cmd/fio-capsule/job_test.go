@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 	"github.com/capsule-storage/capsule/nvmeof/target"
@@ -204,5 +205,58 @@ func TestJobNoAllocations(t *testing.T) {
 		require.Zero(t, failed, name)
 		require.Zero(t, allocs, "a window of %d %s allocates", depth, name)
 	}
+	require.NoError(t, j.freeMem())
+}
+
+// TestJobMultipath: --uri with two paths of one subsystem, the first
+// Inaccessible: the job's writes and reads go through the second, from
+// memory outside the Go heap; without --nqn it is refused.
+func TestJobMultipath(t *testing.T) {
+	tgt, err := target.New()
+	require.NoError(t, err)
+	t.Cleanup(func() { tgt.Close() })
+	sub, err := tgt.AddSubsystem(target.SubsystemConfig{NQN: testNQN, AllowAnyHost: true})
+	require.NoError(t, err)
+	dev, err := blockdev.NewMemory(16 << 20)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(target.NamespaceConfig{NSID: 1, Device: dev, BlockSize: 4096})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var urls []string
+	for _, u := range []string{"tcp://127.0.0.1:0", "tcp://127.0.0.2:0"} {
+		addr, err := tgt.Listen(ctx, u)
+		require.NoError(t, err)
+		urls = append(urls, addr)
+	}
+	require.NoError(t, sub.SetANAState(urls[0], 0, nvmeof.ANAInaccessible))
+	uri := urls[0] + "," + urls[1]
+	_, err = openJob(ctx, jobConfig{URI: uri, Depth: 4, MaxBlock: 4096})
+	require.ErrorContains(t, err, "needs --nqn")
+
+	j, err := openJob(ctx, jobConfig{URI: uri, NQN: testNQN, Depth: 4, MaxBlock: 4096})
+	require.NoError(t, err)
+	t.Cleanup(func() { j.close() })
+	require.Equal(t, int64(16<<20), j.size())
+	require.NotZero(t, j.info().CNTLID)
+	mem, err := j.allocMem(8 * 4096)
+	require.NoError(t, err)
+	for i := range 4 {
+		b := mem[i*4096 : (i+1)*4096]
+		copy(b, bytes.Repeat([]byte{byte(i + 7)}, 4096))
+		require.NoError(t, j.queue(uint64(i), host.OpWrite, int64(i)*4096, b, 0, false))
+	}
+	j.commit()
+	for tag, c := range reap(t, j, 4) {
+		require.Zero(t, c.errno, "write %d", tag)
+	}
+	for i := range 4 {
+		require.NoError(t, j.queue(uint64(10+i), host.OpRead, int64(i)*4096, mem[(4+i)*4096:(5+i)*4096], 0, false))
+	}
+	j.commit()
+	for tag, c := range reap(t, j, 4) {
+		require.Zero(t, c.errno, "read %d", tag)
+	}
+	assert.Equal(t, mem[:4*4096], mem[4*4096:])
 	require.NoError(t, j.freeMem())
 }

@@ -29,12 +29,31 @@
 // node's device service (this node's own devices too, through its own
 // target, so that every change passes the device's fence), with the
 // metadata replicas as meta.log (chunkstore.WithMetaLog: a device
-// service has no host path). It creates the store on first use, serves
-// the store's volume "data" as namespace 1 of VolumeNQN(name), and stops
-// serving when the lease is lost: the subsystem goes, the store closes.
-// A device whose node cannot be reached within DeviceTimeout is counted
-// out, and the store serves degraded (up to M such devices).
+// service has no host path). It creates the store on first use and
+// serves the store's volume "data"; when the lease is lost it stops: the
+// volume's I/O drains, the store syncs and closes. A device whose node
+// cannot be reached within DeviceTimeout is counted out, and the store
+// serves degraded (up to M such devices).
 //
+// # Paths, ANA and discovery (export.go)
+//
+// Every node serves every volume of the map as namespace 1 of
+// VolumeNQN(name), with the same NGUID and UUID (the volume's UUID) and
+// size everywhere: one path per node, as an NVMe subsystem with several
+// controllers. The namespace's ANA group is Optimized on the head's
+// listeners and Inaccessible on every other node's, so a multipath host
+// (Linux native multipath, SPDK's bdev_nvme, host.DialMultipath) sends
+// its I/O to the head, is told by an ANA Change event when the head
+// moves, and retries on the new head what the old one refused. A head
+// turns Inaccessible before it drains and closes the store; a new one
+// turns Optimized once its store is open. Each node gives out controller
+// IDs from a range of its own (cluster.CNTLIDRange, by the node's number
+// in the map), since hosts refuse one CNTLID on two paths of a
+// subsystem. A node's discovery log lists its own paths, then every
+// other live node's paths to every volume and a referral to its
+// discovery subsystem, so that `nvme connect-all` or host.Discover at
+// any one node finds them all.
+
 // # Maintenance (maintain.go)
 //
 // The head looks after its volumes every MaintainEvery (2 s), one step
@@ -56,15 +75,18 @@
 //
 // Two layers keep a replaced head from writing. The namespace's device
 // checks Head.Valid before each write, FUA write, Write Zeroes, Discard
-// and Flush, and fails it with Namespace Not Ready once the lease is not
-// known to be held; and every change it sends to a device carries the
+// and Flush, and fails it with ANA Transition (a path error: the host
+// retries it, on the next head) once the lease is not known to be held;
+// and every change it sends to a device carries the
 // head's epoch, which the device refuses once a newer head has written
 // (devsvc, "Fencing").
 //
 // # Sharp edges
 //
-//   - Hosts connect to the head's address; they find it in the map
-//     (HeadOf) for now, not yet through discovery or ANA.
+//   - A host that connects to one node alone (no multipath) reaches the
+//     volume only while that node heads it.
+//   - Controller IDs of nodes numbered 66 and up repeat those of nodes
+//     1 to 65.
 //   - The volume's subsystem lets any host connect.
 //   - A move makes the volume degraded by one device until it ends;
 //     copying the position while the old device still serves would not.

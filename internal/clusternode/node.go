@@ -17,7 +17,6 @@ import (
 	"github.com/capsule-storage/capsule/internal/cluster"
 	"github.com/capsule-storage/capsule/internal/devsvc"
 	"github.com/capsule-storage/capsule/nvmeof"
-	"github.com/capsule-storage/capsule/nvmeof/blockdev"
 	"github.com/capsule-storage/capsule/nvmeof/blockdev/ecvolume"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 	"github.com/capsule-storage/capsule/nvmeof/target"
@@ -77,9 +76,13 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu     sync.Mutex // guards ctrls, serving
-	ctrls  map[string]*host.Controller
-	served map[string]*served
+	index  uint16 // Node.Index in the map: its CNTLID range
+
+	exportMu sync.Mutex // serializes the making and removing of exports
+	mu       sync.Mutex // guards ctrls, served, exports
+	ctrls    map[string]*host.Controller
+	served   map[string]*served
+	exports  map[string]*export
 }
 
 // served is a volume this node heads.
@@ -114,7 +117,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaintainEvery <= 0 {
 		cfg.MaintainEvery = 2 * time.Second
 	}
-	n := &Node{cfg: cfg, log: cfg.Log, ctrls: map[string]*host.Controller{}, served: map[string]*served{}}
+	n := &Node{cfg: cfg, log: cfg.Log, ctrls: map[string]*host.Controller{}, served: map[string]*served{},
+		exports: map[string]*export{}}
 	me := cluster.Node{ID: cfg.ID, Domain: cfg.Domain, Addrs: cfg.Addrs, HostNQN: HostNQN(cfg.ID), State: cluster.Active}
 	sub, err := cfg.Target.AddSubsystem(target.SubsystemConfig{NQN: InternalNQN(cfg.ID)})
 	if err != nil {
@@ -143,6 +147,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.member = mb
+	self, _, err := cfg.Map.Node(ctx, cfg.ID)
+	if err != nil {
+		mb.Close(ctx)
+		return nil, err
+	}
+	n.index = self.Index
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.wg.Go(n.watch)
 	return n, nil
@@ -179,6 +189,10 @@ func (n *Node) watch() {
 			n.log.Warn("cluster: reading the map", "err", err)
 		}
 		vols, err := n.cfg.Map.Volumes(ctx)
+		if err == nil {
+			n.syncExports(vols)
+			n.advertise(ctx, vols)
+		}
 		cancel()
 		if err == nil {
 			for _, v := range vols {
@@ -305,17 +319,17 @@ func (n *Node) serve(ctx context.Context, name string, h *cluster.Head) (err err
 		store.Close()
 		return err
 	}
-	nqn := VolumeNQN(name)
-	sub, err := n.cfg.Target.AddSubsystem(target.SubsystemConfig{NQN: nqn, AllowAnyHost: true})
+	ex, err := n.export(v)
+	if err == nil && dev.Size() != ex.dev.size {
+		err = fmt.Errorf("cluster: volume %s holds %d bytes, the map says %d", name, dev.Size(), ex.dev.size)
+	}
 	if err != nil {
+		dev.Sync()
 		store.Close()
 		return err
 	}
-	if _, err := sub.AddNamespace(target.NamespaceConfig{NSID: 1, Device: &fenced{Device: dev, head: h}, BlockSize: 4096}); err != nil {
-		n.cfg.Target.RemoveSubsystem(nqn)
-		store.Close()
-		return err
-	}
+	ex.dev.attach(dev, h)
+	n.setANA(ex.sub, nvmeof.ANAOptimized)
 	n.log.Info("cluster: serving volume", "volume", name, "epoch", h.Epoch)
 	n.mu.Lock()
 	vs := &served{name: name, head: h, store: store, have: slices.Clone(v.Shards)}
@@ -332,12 +346,17 @@ func (n *Node) serve(ctx context.Context, name string, h *cluster.Head) (err err
 		n.log.Warn("cluster: lost volume", "volume", name, "err", h.Err())
 	case <-ctx.Done():
 	}
+	// Hosts are sent elsewhere first, then what runs drains.
+	n.setANA(ex.sub, nvmeof.ANAInaccessible)
+	ex.dev.detach()
 	stopMaintain()
 	<-maintained
 	n.mu.Lock()
 	delete(n.served, name)
 	n.mu.Unlock()
-	n.cfg.Target.RemoveSubsystem(nqn) // closes dev, which syncs
+	if err := dev.Sync(); err != nil {
+		n.log.Warn("cluster: syncing the volume", "volume", name, "err", err)
+	}
 	store.Close()
 	n.release(h)
 	return nil
@@ -418,12 +437,13 @@ func (n *Node) Serving() []string {
 }
 
 // Close stops serving (each head released, so that another node takes
-// over at once), leaves the map's live set and closes the peer
-// connections. The internal subsystem stays on the target, which the
+// over at once), removes the volumes' subsystems, leaves the map's live
+// set and closes the peer connections. The internal subsystem stays on the target, which the
 // caller closes.
 func (n *Node) Close() error {
 	n.cancel()
 	n.wg.Wait()
+	n.syncExports(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.HeadTTL)
 	defer cancel()
 	err := n.member.Close(ctx)
@@ -435,61 +455,6 @@ func (n *Node) Close() error {
 	n.mu.Unlock()
 	return err
 }
-
-// fenced is a volume's block device that stops writing once the head's
-// lease is no longer known to be held.
-type fenced struct {
-	blockdev.Device
-	head *cluster.Head
-}
-
-func (f *fenced) check() error {
-	if err := f.head.Valid(); err != nil {
-		return fmt.Errorf("%w: %w", err, nvmeof.StatusNamespaceNotReady)
-	}
-	return nil
-}
-
-func (f *fenced) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.check(); err != nil {
-		return 0, err
-	}
-	return f.Device.WriteAt(p, off)
-}
-
-func (f *fenced) WriteAtFUA(p []byte, off int64) (int, error) {
-	if err := f.check(); err != nil {
-		return 0, err
-	}
-	return f.Device.(blockdev.FUAWriter).WriteAtFUA(p, off)
-}
-
-func (f *fenced) Sync() error {
-	if err := f.check(); err != nil {
-		return err
-	}
-	return f.Device.Sync()
-}
-
-func (f *fenced) WriteZeroes(off, n int64) error {
-	if err := f.check(); err != nil {
-		return err
-	}
-	return f.Device.(blockdev.WriteZeroer).WriteZeroes(off, n)
-}
-
-func (f *fenced) Discard(off, n int64) error {
-	if err := f.check(); err != nil {
-		return err
-	}
-	return f.Device.(blockdev.Discarder).Discard(off, n)
-}
-
-var (
-	_ blockdev.FUAWriter   = (*fenced)(nil)
-	_ blockdev.WriteZeroer = (*fenced)(nil)
-	_ blockdev.Discarder   = (*fenced)(nil)
-)
 
 // missing is a device that cannot be reached: every operation fails, so
 // the store counts it out and serves degraded.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,4 +155,112 @@ func TestClusterFailover(t *testing.T) {
 	info, err := next.cli.HeadOf(ctx, "v")
 	require.NoError(t, err)
 	require.Equal(t, next.id, info.Node)
+}
+
+// TestClusterMultipath: every node serves the volume's subsystem, the
+// head's path Optimized and the others Inaccessible, with controller IDs
+// of their own, and each node's discovery log lists every node's path. A
+// host connected to all three (host.DialMultipath) writes while the head
+// stops and while the next head crashes; no error reaches it, and every
+// byte it wrote reads back. The volume is 2+2 on five nodes, so that it
+// survives the two losses.
+func TestClusterMultipath(t *testing.T) {
+	e, err := cluster.StartEmbedded(cluster.EmbedOptions{Dir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	dir := t.TempDir()
+	var nodes []*testNode
+	var urls []string
+	for i := range 5 {
+		nodes = append(nodes, startNode(t, e.Endpoints(), fmt.Sprintf("n%d", i), dir))
+		urls = append(urls, nodes[i].addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	_, err = nodes[0].cli.CreateVolume(ctx, cluster.Volume{Name: "v", Geometry: "2+2", Size: 16 << 20})
+	require.NoError(t, err)
+	head := headOf(t, nodes, "v", "")
+
+	// Discovery through any node finds every path.
+	require.Eventually(t, func() bool {
+		entries, err := host.Discover(ctx, nodes[1].addr)
+		if err != nil {
+			return false
+		}
+		var paths []string
+		for _, e := range entries {
+			if e.SUBNQN == VolumeNQN("v") {
+				u, _ := host.EntryURL(e)
+				paths = append(paths, u)
+			}
+		}
+		slices.Sort(paths)
+		want := slices.Sorted(slices.Values(urls))
+		return slices.Equal(want, paths)
+	}, 10*time.Second, 100*time.Millisecond, "node n1's discovery log lists the volume on every node")
+
+	m, err := host.DialMultipath(ctx, urls, host.WithSubsystem(VolumeNQN("v")), host.WithQueues(1),
+		host.WithCtrlLossTimeout(30*time.Second), host.WithReconnectDelay(100*time.Millisecond, time.Second))
+	require.NoError(t, err)
+	defer m.Close()
+	ns, err := m.Namespace(1)
+	require.NoError(t, err)
+	ids := map[uint16]string{}
+	for _, p := range m.Paths() {
+		require.NotNil(t, p.Controller, p.URL)
+		info, err := p.Controller.Info()
+		require.NoError(t, err)
+		id := info.CNTLID
+		require.NotContains(t, ids, id, "%s and %s gave the same CNTLID", p.URL, ids[id])
+		ids[id] = p.URL
+	}
+	cur, ok := ns.CurrentPath()
+	if ok {
+		require.Equal(t, head.addr, cur, "the I/O goes to the head")
+	}
+
+	const block = 64 << 10
+	want := make([]byte, ns.Size())
+	r := rand.New(rand.NewPCG(3, 4))
+	write := func(count int) {
+		for range count {
+			off := int64(r.IntN(int(ns.Size()/block))) * block
+			p := make([]byte, block)
+			for i := range p {
+				p[i] = byte(r.Uint32())
+			}
+			_, err := ns.WriteAt(p, off)
+			require.NoError(t, err)
+			copy(want[off:], p)
+		}
+		require.NoError(t, ns.Flush())
+	}
+	check := func() {
+		got := make([]byte, len(want))
+		_, err := ns.ReadAt(got, 0)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(want, got), "the volume reads back other bytes")
+	}
+	write(50)
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(200 * time.Millisecond)
+		head.stop() // as at SIGTERM: the head is released at once
+	}()
+	write(200)
+	<-done
+	next := headOf(t, nodes, "v", head.id)
+	write(50)
+	check()
+	cur, _ = ns.CurrentPath()
+	require.Equal(t, next.addr, cur, "the I/O follows the head")
+
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		next.crash() // the lease runs out first
+	}()
+	write(200)
+	check()
 }
