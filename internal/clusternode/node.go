@@ -76,7 +76,7 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	index  uint16 // Node.Index in the map: its CNTLID range
+	index uint16 // Node.Index in the map: its CNTLID range
 
 	exportMu sync.Mutex // serializes the making and removing of exports
 	mu       sync.Mutex // guards ctrls, served, exports
