@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/internal/cluster"
+	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
 // clusterNode is a `target serve --cluster-node` process.
@@ -27,7 +28,7 @@ func startClusterNode(t *testing.T, id, dir string, etcd ...string) *clusterNode
 	t.Helper()
 	data := filepath.Join(dir, id)
 	args := []string{"serve", "--listen", "tcp://127.0.0.1:0", "--data", data, "--namespace", "mem:16MiB", "--fs", "",
-		"--scrub-rate", "0", "--cluster-node", id, "--head-ttl", "2s"}
+		"--scrub-rate", "0", "--cluster-node", id, "--head-ttl", "2s", "--metrics", "127.0.0.1:0"}
 	if len(etcd) == 0 {
 		args = append(args, "--etcd-listen", "http://127.0.0.1:0")
 	}
@@ -109,6 +110,19 @@ func TestClusterThreeNodes(t *testing.T) {
 	job := []string{"--name=w", "--rw=randwrite", "--bs=64k", "--size=32M", "--iodepth=8"}
 	out, err := engineFio(t, engine, nodes[head].addr, append(job, nqn, "--do_verify=1", "--fsync_on_close=1")...)
 	require.NoError(t, err, out)
+
+	// The head's metrics count its store's I/O to every shard's device,
+	// and pass promtool.
+	text := scrape(t, "http://"+field(nodes[head].d.ready, "metrics")+"/metrics")
+	for _, id := range []string{"n0", "n1", "n2"} {
+		require.Regexp(t, `capsule_cluster_shard_bytes_total\{device="`+id+`/d0",op="write",position="\d",volume="`+vol+`"\} [1-9]`, text)
+	}
+	require.Contains(t, text, `capsule_cluster_volume_epoch{volume="`+vol+`"}`)
+	require.Contains(t, text, "capsule_cluster_rebuilt_bytes_total 0")
+	check := exec.Command(prereq.Tool(t, "promtool"), "check", "metrics")
+	check.Stdin = strings.NewReader(text)
+	b, err := check.CombinedOutput()
+	require.NoError(t, err, "promtool check metrics:\n%s", b)
 
 	require.NoError(t, nodes[head].d.cmd.Process.Kill())
 	<-nodes[head].d.exited

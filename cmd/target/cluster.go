@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -139,7 +140,8 @@ func rebuildRate(flag int64) int64 {
 // startCluster joins the cluster: etcd (embedded when none is given),
 // the map, and the node. It returns what the ready line adds and how to
 // stop, in reverse order.
-func startCluster(ctx context.Context, cc clusterConfig, dataDir string, t *target.Target, rpc *admin.Server, log *slog.Logger) (string, func(), error) {
+func startCluster(ctx context.Context, cc clusterConfig, dataDir string, t *target.Target, rpc *admin.Server,
+	node *atomic.Pointer[clusternode.Node], log *slog.Logger) (string, func(), error) {
 	var stops []func()
 	stop := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -189,5 +191,6 @@ func startCluster(ctx context.Context, cc clusterConfig, dataDir string, t *targ
 		}
 	})
 	n.Register(rpc)
+	node.Store(n)
 	return fmt.Sprintf(" cluster=%s etcd=%s", cc.Node, strings.Join(endpoints, ",")), stop, nil
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/capsule-storage/capsule/internal/admin"
+	"github.com/capsule-storage/capsule/internal/clusternode"
+	"github.com/capsule-storage/capsule/internal/devsvc"
 	"github.com/capsule-storage/capsule/internal/metrics"
 	"github.com/capsule-storage/capsule/nvmeof/target"
 )
@@ -40,7 +42,7 @@ const metricsShutdown = 2 * time.Second
 // the admin service's store and file namespaces, and the scrubber, until
 // stop is called. It returns the address it listens on.
 func serveMetrics(addr string, t *target.Target, svc *admin.Service, scrubber *atomic.Pointer[backgroundScrub],
-	log *slog.Logger) (bound string, stop func(), err error) {
+	node *atomic.Pointer[clusternode.Node], log *slog.Logger) (bound string, stop func(), err error) {
 	reg, err := metrics.NewRegistry(metrics.Sources{
 		Target:      t,
 		Store:       svc.Store,
@@ -48,6 +50,12 @@ func serveMetrics(addr string, t *target.Target, svc *admin.Service, scrubber *a
 		Scrub: func() *metrics.ScrubStats {
 			if sc := scrubber.Load(); sc != nil {
 				return sc.Metrics()
+			}
+			return nil
+		},
+		Cluster: func() *metrics.ClusterStats {
+			if n := node.Load(); n != nil {
+				return clusterMetrics(n)
 			}
 			return nil
 		},
@@ -76,4 +84,35 @@ func serveMetrics(addr string, t *target.Target, svc *admin.Service, scrubber *a
 		srv.Shutdown(ctx)
 		<-done
 	}, nil
+}
+
+// clusterMetrics reads a cluster node's counters for the metrics.
+func clusterMetrics(n *clusternode.Node) *metrics.ClusterStats {
+	st := &metrics.ClusterStats{}
+	st.RebuildsFinished, st.RebuiltBytes = n.RebuildTotals()
+	index := map[string]int{}
+	// volume returns the entry of a volume, valid until the next call.
+	volume := func(name string, epoch int64) *metrics.ClusterVolume {
+		i, ok := index[name]
+		if !ok {
+			i = len(st.Volumes)
+			index[name] = i
+			st.Volumes = append(st.Volumes, metrics.ClusterVolume{Name: name, Epoch: epoch})
+		}
+		return &st.Volumes[i]
+	}
+	for _, io := range n.ShardIO() {
+		v := volume(io.Volume, io.Epoch)
+		sh := metrics.ClusterShard{Position: io.Position, Device: io.Device.String()}
+		for k, ks := range io.Kinds {
+			sh.Ops = append(sh.Ops, metrics.ClusterShardOps{Op: devsvc.Kind(k).String(), Ops: ks.Ops, Errors: ks.Errors,
+				Bytes: ks.Bytes, Seconds: ks.Time.Seconds()})
+		}
+		v.Shards = append(v.Shards, sh)
+	}
+	for _, r := range n.Rebuilds() {
+		v := volume(r.Volume, 0)
+		v.Rebuild = &metrics.ClusterRebuild{Position: r.Position, To: r.To.String(), Stripes: r.Stripes, Done: r.Done, Bytes: r.Bytes}
+	}
+	return st
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/capsule-storage/capsule/fs/server"
 	"github.com/capsule-storage/capsule/internal/admin"
 	"github.com/capsule-storage/capsule/internal/cliexit"
+	"github.com/capsule-storage/capsule/internal/clusternode"
 	"github.com/capsule-storage/capsule/internal/metrics"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/target"
@@ -629,8 +630,9 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 		scrubber.Store(sc)
 	}
 	metricsAddr := ""
+	var node atomic.Pointer[clusternode.Node] // set once the node has joined
 	if cfg.Metrics != "" {
-		addr, stop, err := serveMetrics(cfg.Metrics, t, svc, &scrubber, log.With("component", "metrics"))
+		addr, stop, err := serveMetrics(cfg.Metrics, t, svc, &scrubber, &node, log.With("component", "metrics"))
 		if err != nil {
 			return err
 		}
@@ -639,7 +641,7 @@ func serve(ctx context.Context, out io.Writer, cfg serveConfig) (err error) {
 	}
 	clusterField := ""
 	if cfg.Cluster.Node != "" {
-		field, stop, err := startCluster(ctx, cfg.Cluster, cfg.DataDir, t, rpcSrv, log.With("component", "cluster"))
+		field, stop, err := startCluster(ctx, cfg.Cluster, cfg.DataDir, t, rpcSrv, &node, log.With("component", "cluster"))
 		if err != nil {
 			return err
 		}

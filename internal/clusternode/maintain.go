@@ -1,14 +1,17 @@
 package clusternode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/internal/cluster"
+	"github.com/capsule-storage/capsule/internal/devsvc"
 )
 
 // RebuildStatus is a position of a served volume being filled on a
@@ -23,6 +26,47 @@ type RebuildStatus struct {
 	Done     int64             `json:"done"`
 	Bytes    int64             `json:"bytes"`
 	Started  time.Time         `json:"started"`
+}
+
+// ShardIO is the remote I/O of one position of a volume this node heads,
+// since its store was opened.
+type ShardIO struct {
+	Volume   string
+	Epoch    int64
+	Position int
+	Device   cluster.DeviceRef
+	// Kinds are the commands sent to the device, indexed by devsvc.Kind;
+	// nil for a device the store could not reach at all.
+	Kinds []devsvc.KindStats
+}
+
+// ShardIO returns the remote I/O of every position of every volume this
+// node heads.
+func (n *Node) ShardIO() []ShardIO {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []ShardIO
+	for _, vs := range n.served {
+		vs.mu.Lock()
+		for i, f := range vs.fss {
+			io := ShardIO{Volume: vs.name, Epoch: vs.head.Epoch, Position: i, Device: vs.have[i]}
+			if d, ok := f.(*devsvc.FS); ok {
+				io.Kinds = d.Stats()
+			}
+			out = append(out, io)
+		}
+		vs.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b ShardIO) int {
+		return cmp.Or(strings.Compare(a.Volume, b.Volume), a.Position-b.Position)
+	})
+	return out
+}
+
+// RebuildTotals returns the positions this node rebuilt to the end since
+// Start, and the data its rebuilds reconstructed, running ones included.
+func (n *Node) RebuildTotals() (finished, bytes int64) {
+	return n.rebuildsFinished.Load(), n.rebuiltBytes.Load()
 }
 
 // Rebuilds returns the rebuilds this node runs now.
@@ -168,6 +212,7 @@ func (n *Node) fill(ctx context.Context, vs *served, pos int, want cluster.Devic
 	}()
 	opts.Progress = func(p chunkstore.Progress) {
 		vs.mu.Lock()
+		n.rebuiltBytes.Add(p.Bytes - rs.Bytes)
 		rs.Stripes, rs.Done, rs.Bytes = p.Stripes, p.Done, p.Bytes
 		vs.mu.Unlock()
 	}
@@ -181,7 +226,9 @@ func (n *Node) fill(ctx context.Context, vs *served, pos int, want cluster.Devic
 	}
 	vs.mu.Lock()
 	vs.have[pos] = want
+	vs.fss[pos] = fsys
 	vs.mu.Unlock()
+	n.rebuildsFinished.Add(1)
 	n.log.Info("cluster: position rebuilt", "volume", vs.name, "position", pos, "device", want.String(),
 		"stripes", rep.Rebuilt, "unrecoverable", rep.Unrecoverable, "took", time.Since(rs.Started).Round(time.Millisecond))
 	return nil

@@ -126,6 +126,9 @@ func TestClusterMaintenance(t *testing.T) {
 	nodes[gone.id] = startNode(t, e.Endpoints(), gone.id, dir)
 	settled(t, head, func(cluster.Volume) bool { return true })
 	volumeIO(t, ctx, head, 0, nil, data)
+	finished, rebuilt := head.node.RebuildTotals()
+	require.Equal(t, int64(1), finished, "the returning node's position, rebuilt in place")
+	require.Positive(t, rebuilt)
 
 	// Drain a shard holder that is not the head: its position moves to
 	// the fourth node, and it can leave.

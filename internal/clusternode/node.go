@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -83,6 +84,10 @@ type Node struct {
 	ctrls    map[string]*host.Controller
 	served   map[string]*served
 	exports  map[string]*export
+
+	// Since Start: positions rebuilt to the end, and the data rebuilds
+	// reconstructed.
+	rebuildsFinished, rebuiltBytes atomic.Int64
 }
 
 // served is a volume this node heads.
@@ -94,8 +99,11 @@ type served struct {
 	// open, then each finished move). Only the maintenance goroutine
 	// changes it, under mu; it reads it without.
 	have []cluster.DeviceRef
+	// fss[i] is what the store reaches position i through (a
+	// devsvc.FS, or missing), changed with have.
+	fss []vfs.FS
 
-	mu      sync.Mutex // guards rebuild, and have's changes
+	mu      sync.Mutex // guards rebuild, and have's and fss's changes
 	rebuild *RebuildStatus
 }
 
@@ -332,7 +340,7 @@ func (n *Node) serve(ctx context.Context, name string, h *cluster.Head) (err err
 	n.setANA(ex.sub, nvmeof.ANAOptimized)
 	n.log.Info("cluster: serving volume", "volume", name, "epoch", h.Epoch)
 	n.mu.Lock()
-	vs := &served{name: name, head: h, store: store, have: slices.Clone(v.Shards)}
+	vs := &served{name: name, head: h, store: store, have: slices.Clone(v.Shards), fss: fss}
 	n.served[name] = vs
 	n.mu.Unlock()
 	mctx, stopMaintain := context.WithCancel(ctx)

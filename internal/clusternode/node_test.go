@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/internal/cluster"
+	"github.com/capsule-storage/capsule/internal/devsvc"
 	"github.com/capsule-storage/capsule/nvmeof/host"
 	"github.com/capsule-storage/capsule/nvmeof/target"
 	_ "github.com/capsule-storage/capsule/rdma/providers"
@@ -242,6 +243,17 @@ func TestClusterMultipath(t *testing.T) {
 		require.True(t, bytes.Equal(want, got), "the volume reads back other bytes")
 	}
 	write(50)
+	// The head counts what its store sent to each shard's device.
+	ios := head.node.ShardIO()
+	require.Len(t, ios, 4)
+	for _, io := range ios {
+		require.NotNil(t, io.Kinds, "position %d", io.Position)
+		w := io.Kinds[devsvc.KindWrite]
+		require.Positive(t, w.Ops, "writes to position %d", io.Position)
+		require.Positive(t, w.Bytes)
+		require.Positive(t, w.Time)
+		require.Positive(t, io.Kinds[devsvc.KindSync].Ops)
+	}
 
 	done := make(chan struct{})
 	go func() {

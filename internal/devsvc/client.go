@@ -10,7 +10,9 @@ import (
 	"os"
 	"path"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/capsule-storage/capsule/chunkstore/vfs"
 	"github.com/capsule-storage/capsule/nvmeof"
@@ -25,6 +27,56 @@ type FS struct {
 	vol   string
 	epoch func() uint64
 	maxIO int
+	stats [numKinds]kindCounters
+}
+
+// Kind sorts an FS's commands for Stats.
+type Kind int
+
+// The kinds of command.
+const (
+	KindRead  Kind = iota // READ
+	KindWrite             // WRITE
+	KindSync              // SYNC, SYNCDIR
+	KindMeta              // the rest: OPEN, CLOSE, STAT, LIST, RENAME, ...
+	numKinds
+)
+
+var kindNames = [numKinds]string{"read", "write", "sync", "meta"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+func kindOf(op nvmeof.Opcode) Kind {
+	switch op {
+	case OpRead:
+		return KindRead
+	case OpWrite:
+		return KindWrite
+	case OpSync, OpSyncDir:
+		return KindSync
+	}
+	return KindMeta
+}
+
+type kindCounters struct{ ops, errs, bytes, nanos atomic.Uint64 }
+
+// KindStats count one kind of an FS's commands since New.
+type KindStats struct {
+	Ops    uint64        // commands completed, failed ones included
+	Errors uint64        // of them, failed (a lost device, an errno)
+	Bytes  uint64        // data read or written by those that succeeded
+	Time   time.Duration // from send to completion, all of them together
+}
+
+// Stats returns the counts of the FS's commands, indexed by Kind: the
+// remote shard I/O of a cluster volume's head.
+func (f *FS) Stats() []KindStats {
+	out := make([]KindStats, numKinds)
+	for k := range out {
+		c := &f.stats[k]
+		out[k] = KindStats{Ops: c.ops.Load(), Errors: c.errs.Load(), Bytes: c.bytes.Load(), Time: time.Duration(c.nanos.Load())}
+	}
+	return out
 }
 
 var _ vfs.FS = (*FS)(nil)
@@ -84,8 +136,27 @@ type call struct {
 	in, out []byte
 }
 
-// do sends c and returns the bytes of reply, or the errno.
+// do sends c and returns the bytes of reply, or the errno, counting it
+// in the FS's Stats.
 func (f *FS) do(c *call) (int, error) {
+	start := time.Now()
+	n, err := f.send(c)
+	k := &f.stats[kindOf(c.op)]
+	k.ops.Add(1)
+	k.nanos.Add(uint64(time.Since(start)))
+	switch {
+	case err != nil:
+		k.errs.Add(1)
+	case c.op == OpRead:
+		k.bytes.Add(uint64(n))
+	case c.op == OpWrite:
+		k.bytes.Add(uint64(len(c.in)))
+	}
+	return n, err
+}
+
+// send sends c and returns the bytes of reply, or the errno.
+func (f *FS) send(c *call) (int, error) {
 	p := &host.Passthru{}
 	p.Cmd.Opcode = c.op
 	p.Cmd.NSID = f.nsid

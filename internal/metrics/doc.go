@@ -89,9 +89,20 @@
 //	capsule_fs_errors_total{fs,op}                      counter    of them, answered with an errno (ENOENT included)
 //	capsule_fs_bytes_total{fs,op}                       counter    file data of reads and writes that succeeded
 //	capsule_fs_inodes{fs}, capsule_fs_used_bytes{fs}, capsule_fs_open_handles{fs} gauge
+//	capsule_cluster_volume_epoch{volume}                gauge      head lease epoch of each cluster volume this node serves
+//	capsule_cluster_shard_ops_total{volume,position,device,op} counter  commands a served volume's store sent to a shard's device over the network (op: read, write, sync, meta)
+//	capsule_cluster_shard_errors_total{volume,position,device,op} counter  of them, failed
+//	capsule_cluster_shard_bytes_total{volume,position,device,op} counter  data they read or wrote
+//	capsule_cluster_shard_seconds_total{volume,position,device,op} counter  their time from send to completion, summed (÷ ops: mean latency)
+//	capsule_cluster_rebuild_stripes{volume,position,device}, capsule_cluster_rebuild_stripes_done{...} gauge  the running rebuild of a position onto device
+//	capsule_cluster_rebuilds_total                      counter    positions this node rebuilt to the end
+//	capsule_cluster_rebuilt_bytes_total                 counter    data its rebuilds reconstructed, running ones included
 //
 // The store's, scrubber's and device metrics appear once the store is
-// open (a target with only mem: and file: namespaces has none).
+// open (a target with only mem: and file: namespaces has none); the
+// cluster's on a cluster node (`serve --cluster-node`), the shard
+// counters counting since the node last opened the volume's store. In a
+// cluster device is NODE/DEVICE.
 //
 // # Sharp edges
 //

@@ -30,6 +30,51 @@ type Sources struct {
 	// Scrub returns the background scrubber's counters, or nil when there
 	// is no scrubber.
 	Scrub func() *ScrubStats
+	// Cluster returns the cluster node's counters, or nil when the target
+	// is no cluster node.
+	Cluster func() *ClusterStats
+}
+
+// ClusterStats are a cluster node's: the volumes it heads, with the I/O
+// their stores sent to each shard's device over the network, the
+// rebuilds it runs, and its rebuild totals since the daemon started.
+type ClusterStats struct {
+	Volumes []ClusterVolume
+	// RebuildsFinished counts the positions this node rebuilt to the end;
+	// RebuiltBytes the data its rebuilds reconstructed, running ones
+	// included.
+	RebuildsFinished, RebuiltBytes int64
+}
+
+// ClusterVolume is a volume the node heads.
+type ClusterVolume struct {
+	Name   string
+	Epoch  int64
+	Shards []ClusterShard
+	// Rebuild is the position being rebuilt, or nil.
+	Rebuild *ClusterRebuild
+}
+
+// ClusterShard is the remote I/O of one position of a served volume's
+// store since the store was opened, by op (read, write, sync, meta).
+type ClusterShard struct {
+	Position int
+	Device   string // NODE/DEVICE
+	Ops      []ClusterShardOps
+}
+
+// ClusterShardOps count one kind of command to a shard's device.
+type ClusterShardOps struct {
+	Op                 string
+	Ops, Errors, Bytes uint64
+	Seconds            float64 // send to completion, all of them
+}
+
+// ClusterRebuild is a running rebuild's progress.
+type ClusterRebuild struct {
+	Position             int
+	To                   string // NODE/DEVICE
+	Stripes, Done, Bytes int64
 }
 
 // ScrubStats are the background scrubber's state and its counts since
@@ -102,12 +147,16 @@ type collector struct {
 	scrubShardsRepaired, scrubBytes                                           desc
 
 	fsOps, fsErrors, fsBytes, fsInodes, fsUsed, fsHandles desc
+
+	clVolume, clShardOps, clShardErrors, clShardBytes, clShardSeconds desc
+	clRebuildStripes, clRebuildDone, clRebuilds, clRebuiltBytes       desc
 }
 
 func newCollector(src Sources) *collector {
 	C, G := prometheus.CounterValue, prometheus.GaugeValue
 	ns := []string{"nqn", "nsid", "op"}
 	q := []string{"nqn", "cntlid", "qid"}
+	sh := []string{"volume", "position", "device", "op"}
 	return &collector{
 		src: src,
 
@@ -177,6 +226,16 @@ func newCollector(src Sources) *collector {
 		fsInodes:  newDesc(G, "fs_inodes", "Inodes of the file namespace.", "fs"),
 		fsUsed:    newDesc(G, "fs_used_bytes", "File data allocated in the file namespace.", "fs"),
 		fsHandles: newDesc(G, "fs_open_handles", "Open file handles of the file namespace.", "fs"),
+
+		clVolume:         newDesc(G, "cluster_volume_epoch", "Epoch of the head lease for each cluster volume this node serves.", "volume"),
+		clShardOps:       newDesc(C, "cluster_shard_ops_total", "Commands the served volume's store sent to a shard's device over the network, by kind.", sh...),
+		clShardErrors:    newDesc(C, "cluster_shard_errors_total", "Of them, those that failed.", sh...),
+		clShardBytes:     newDesc(C, "cluster_shard_bytes_total", "Data they read or wrote.", sh...),
+		clShardSeconds:   newDesc(C, "cluster_shard_seconds_total", "Time from their sending to their completion, all together.", sh...),
+		clRebuildStripes: newDesc(G, "cluster_rebuild_stripes", "Stripes the running rebuild of a position covers.", "volume", "position", "device"),
+		clRebuildDone:    newDesc(G, "cluster_rebuild_stripes_done", "Stripes it has rebuilt.", "volume", "position", "device"),
+		clRebuilds:       newDesc(C, "cluster_rebuilds_total", "Positions this node rebuilt to the end."),
+		clRebuiltBytes:   newDesc(C, "cluster_rebuilt_bytes_total", "Data this node's rebuilds reconstructed, running ones included."),
 	}
 }
 
@@ -197,6 +256,8 @@ func (c *collector) descs() []desc {
 		c.scrubChecked, c.scrubDamaged, c.scrubRepaired, c.scrubUnrecoverable,
 		c.scrubShardsRepaired, c.scrubBytes,
 		c.fsOps, c.fsErrors, c.fsBytes, c.fsInodes, c.fsUsed, c.fsHandles,
+		c.clVolume, c.clShardOps, c.clShardErrors, c.clShardBytes, c.clShardSeconds,
+		c.clRebuildStripes, c.clRebuildDone, c.clRebuilds, c.clRebuiltBytes,
 	}
 }
 
@@ -225,6 +286,33 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.src.FileSystems != nil {
 		c.collectFS(c.src.FileSystems(), emit)
+	}
+	if c.src.Cluster != nil {
+		if st := c.src.Cluster(); st != nil {
+			c.collectCluster(st, emit)
+		}
+	}
+}
+
+func (c *collector) collectCluster(st *ClusterStats, emit emitFunc) {
+	emit(c.clRebuilds, float64(st.RebuildsFinished))
+	emit(c.clRebuiltBytes, float64(st.RebuiltBytes))
+	for _, v := range st.Volumes {
+		emit(c.clVolume, float64(v.Epoch), v.Name)
+		for _, sh := range v.Shards {
+			pos := strconv.Itoa(sh.Position)
+			for _, o := range sh.Ops {
+				emit(c.clShardOps, float64(o.Ops), v.Name, pos, sh.Device, o.Op)
+				emit(c.clShardErrors, float64(o.Errors), v.Name, pos, sh.Device, o.Op)
+				emit(c.clShardBytes, float64(o.Bytes), v.Name, pos, sh.Device, o.Op)
+				emit(c.clShardSeconds, o.Seconds, v.Name, pos, sh.Device, o.Op)
+			}
+		}
+		if r := v.Rebuild; r != nil {
+			pos := strconv.Itoa(r.Position)
+			emit(c.clRebuildStripes, float64(r.Stripes), v.Name, pos, r.To)
+			emit(c.clRebuildDone, float64(r.Done), v.Name, pos, r.To)
+		}
 	}
 }
 

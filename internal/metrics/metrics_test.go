@@ -72,6 +72,14 @@ func newFixture(t *testing.T) *fixture {
 		Store:       func() *chunkstore.Store { return store },
 		FileSystems: func() map[string]*server.Server { return map[string]*server.Server{"files": fsrv} },
 		Scrub:       func() *ScrubStats { return scrub },
+		Cluster: func() *ClusterStats {
+			return &ClusterStats{RebuildsFinished: 1, RebuiltBytes: 3 << 20, Volumes: []ClusterVolume{{
+				Name: "vol", Epoch: 42,
+				Shards: []ClusterShard{{Position: 2, Device: "n3/d0", Ops: []ClusterShardOps{
+					{Op: "write", Ops: 10, Errors: 1, Bytes: 40960, Seconds: 0.5}}}},
+				Rebuild: &ClusterRebuild{Position: 1, To: "n5/d0", Stripes: 100, Done: 40, Bytes: 1 << 20},
+			}}}
+		},
 	})
 	require.NoError(t, err)
 	return &fixture{t: tg, store: store, fs: fsrv, host: h, reg: reg}
@@ -173,6 +181,18 @@ func TestMetrics(t *testing.T) {
 	assert.Equal(t, 1.7e9, value(t, fams, "capsule_scrub_last_pass_end_timestamp_seconds", nil).GetGauge().GetValue())
 	value(t, fams, "capsule_fs_ops_total", map[string]string{"fs": "files", "op": "lookup"})
 	value(t, fams, "capsule_fs_inodes", map[string]string{"fs": "files"})
+
+	shard := map[string]string{"volume": "vol", "position": "2", "device": "n3/d0", "op": "write"}
+	assert.Equal(t, 10.0, value(t, fams, "capsule_cluster_shard_ops_total", shard).GetCounter().GetValue())
+	assert.Equal(t, 1.0, value(t, fams, "capsule_cluster_shard_errors_total", shard).GetCounter().GetValue())
+	assert.Equal(t, 40960.0, value(t, fams, "capsule_cluster_shard_bytes_total", shard).GetCounter().GetValue())
+	assert.Equal(t, 0.5, value(t, fams, "capsule_cluster_shard_seconds_total", shard).GetCounter().GetValue())
+	assert.Equal(t, 42.0, value(t, fams, "capsule_cluster_volume_epoch", map[string]string{"volume": "vol"}).GetGauge().GetValue())
+	rb := map[string]string{"volume": "vol", "position": "1", "device": "n5/d0"}
+	assert.Equal(t, 100.0, value(t, fams, "capsule_cluster_rebuild_stripes", rb).GetGauge().GetValue())
+	assert.Equal(t, 40.0, value(t, fams, "capsule_cluster_rebuild_stripes_done", rb).GetGauge().GetValue())
+	assert.Equal(t, 1.0, value(t, fams, "capsule_cluster_rebuilds_total", nil).GetCounter().GetValue())
+	assert.Equal(t, float64(3<<20), value(t, fams, "capsule_cluster_rebuilt_bytes_total", nil).GetCounter().GetValue())
 }
 
 // TestLint: the metrics pass promtool's checks (client_golang's promlint
