@@ -1,6 +1,7 @@
 package chunkstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -155,8 +156,12 @@ type ScrubOptions struct {
 	BytesPerSecond int64
 	// NoRepair only reports; nothing is written.
 	NoRepair bool
-	// Progress, if set, is called after each stripe.
+	// Progress, if set, is called after each window of stripes.
 	Progress func(Progress)
+	// Window is how many stripes are rebuilt at once (0:
+	// DefaultRebuildWindow). Progress is recorded, and a canceled
+	// rebuild stops, at window boundaries.
+	Window int
 }
 
 // Progress reports how far a scrub or rebuild has come.
@@ -419,8 +424,12 @@ type RebuildOptions struct {
 	FS vfs.FS
 	// BytesPerSecond limits the read rate; 0 is unlimited.
 	BytesPerSecond int64
-	// Progress, if set, is called after each stripe.
+	// Progress, if set, is called after each window of stripes.
 	Progress func(Progress)
+	// Window is how many stripes are rebuilt at once (0:
+	// DefaultRebuildWindow). Progress is recorded, and a canceled
+	// rebuild stops, at window boundaries.
+	Window int
 }
 
 // RebuildReport counts what a rebuild did.
@@ -435,6 +444,13 @@ type RebuildReport struct {
 // rebuildCheckpoint is how many stripes a rebuild does between commits of
 // its progress.
 const rebuildCheckpoint = 256
+
+// DefaultRebuildWindow is how many stripes a rebuild works on at once
+// by default. Each stripe's reads run in parallel already; a window keeps
+// several stripes' round trips in flight, which is what a rebuild over
+// the network waits on (a cluster head's), and queues more I/O for a
+// local disk.
+const DefaultRebuildWindow = 16
 
 // Rebuild fills the device at pos, which must be missing, failed or
 // already rebuilding, with its shard of every stripe. A missing or failed
@@ -474,35 +490,54 @@ func (s *Store) Rebuild(ctx context.Context, pos int, opts RebuildOptions) (Rebu
 		fixes = fixes[:0]
 		return err
 	}
-	for i, ref := range refs {
-		if ref.cursor().less(cursor) {
-			rep.Skipped++
-			continue
-		}
+	type stripeResult struct {
+		read int64
+		fix  *pendingFix
+		rep  RebuildReport
+	}
+	width := cmp.Or(max(opts.Window, 0), DefaultRebuildWindow)
+	results := make([]stripeResult, width)
+	for start := 0; start < len(refs); start += width {
+		window := refs[start:min(start+width, len(refs))]
 		if err := ctx.Err(); err != nil {
-			return rep, errors.Join(err, checkpoint(ref.cursor()))
+			return rep, errors.Join(err, checkpoint(window[0].cursor()))
 		}
 		if !d.writable() {
 			return rep, d.devErr(fmt.Errorf("%w: %v", ErrDeviceFailed, d.getErr()))
 		}
-		n, fix := s.rebuildStripe(ref, pos, rec.StartGen, &rep)
-		if fix != nil {
-			fixes = append(fixes, *fix)
+		// The window's stripes at once: each waits on its reads and
+		// writes, which on a remote device are round trips.
+		clear(results)
+		parallel(len(window), true, func(j int) {
+			ref, r := window[j], &results[j]
+			if ref.cursor().less(cursor) {
+				r.rep.Skipped++
+				return
+			}
+			r.read, r.fix = s.rebuildStripe(ref, pos, rec.StartGen, &r.rep)
+		})
+		var read int64
+		for _, r := range results[:len(window)] {
+			if r.fix != nil {
+				fixes = append(fixes, *r.fix)
+			}
+			read += r.read
+			rep.Rebuilt += r.rep.Rebuilt
+			rep.Skipped += r.rep.Skipped
+			rep.Unrecoverable += r.rep.Unrecoverable
 		}
-		rep.Bytes += n
+		rep.Bytes += read
 		if opts.Progress != nil {
-			opts.Progress(Progress{Stripes: rep.Stripes, Done: int64(i + 1), Bytes: rep.Bytes})
+			opts.Progress(Progress{Stripes: rep.Stripes, Done: int64(start + len(window)), Bytes: rep.Bytes})
 		}
+		next := window[len(window)-1].cursor()
+		next.Index++
 		if len(fixes) >= rebuildCheckpoint {
-			next := ref.cursor()
-			next.Index++
 			if err := checkpoint(next); err != nil {
 				return rep, err
 			}
 		}
-		if err := lim.wait(ctx, n); err != nil {
-			next := ref.cursor()
-			next.Index++
+		if err := lim.wait(ctx, read); err != nil {
 			return rep, errors.Join(err, checkpoint(next))
 		}
 	}

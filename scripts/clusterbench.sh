@@ -5,9 +5,11 @@
 # the same way, in the same run, by fio with capsule's engine from a host
 # namespace: 1 MiB sequential writes and reads at QD8, and 4 KiB random
 # reads at QD32. Each case reports IOPS and the CPU time of every target
-# process per I/O. Then one position of the cluster volume is moved (a
-# node drained, --rebuild-rate 0) and the move's time gives the rebuild
-# rate in MiB/s of reconstructed shard data.
+# process per I/O. Then a position of each is rebuilt, unlimited: the
+# local store's device 1 deleted and rebuilt by `target repair`, and one
+# position of the cluster volume moved (a node drained, --rebuild-rate
+# 0); their times give the rebuild rates in MiB/s of reconstructed shard
+# data.
 #
 # Needs root (ip netns), fio and the engine (make build fio-engine).
 # Environment: RUNTIME seconds per fio case (10), SIZE of the volumes'
@@ -122,6 +124,25 @@ for c in "seqwrite-1MiB write 1M 8" "seqread-1MiB read 1M 8" "randread-4KiB rand
 	run "local/$1" tcp://10.203.0.50:4420 "$local_nqn" "$2" "$3" "$4"
 	run "cluster/$1" "$huri" "$vol_nqn" "$2" "$3" "$4"
 done
+
+# The local baseline: the local target stops, its device 1 is lost, and
+# `target repair` rebuilds it into a new directory, unlimited.
+kill "${pids[0]}"
+wait "${pids[0]}" 2>/dev/null || true
+rm -rf "$work/local/dev1"
+t0="$(date +%s.%N)"
+rep="$(bin/target repair --data "$work/local" --device "$work/local-dev1-new" --position 1 2>/dev/null)"
+t1="$(date +%s.%N)"
+python3 - "$t0" "$t1" "$rep" <<'PY'
+import re, sys
+t0, t1, line = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+m = re.search(r"rebuilt=(\d+)", line)
+if not m:
+    print(f"local rebuild: no summary: {line!r}")
+else:
+    mib = int(m.group(1)) * 64 / 1024  # one 64 KiB shard per stripe
+    print(f"local rebuild of one position (target repair): {mib:.0f} MiB of shard data in {t1 - t0:.2f} s, {mib / (t1 - t0):.0f} MiB/s")
+PY
 
 # Rebuild: a seventh node joins and one shard holder (not the head) is
 # drained, so one position moves to it.

@@ -47,22 +47,22 @@ func (tn *testNode) crash() {
 	tn.node = nil
 }
 
-func logger(t *testing.T) *slog.Logger {
+func logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(writer{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-type writer struct{ t *testing.T }
+type writer struct{ t testing.TB }
 
 func (w writer) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
 
-func startNode(t *testing.T, endpoints []string, id, dir string) *testNode {
+func startNode(t testing.TB, endpoints []string, id, dir string) *testNode {
 	return startNodeWith(t, endpoints, id, dir, func(*Config) {})
 }
 
-func startNodeWith(t *testing.T, endpoints []string, id, dir string, tune func(*Config)) *testNode {
+func startNodeWith(t testing.TB, endpoints []string, id, dir string, tune func(*Config)) *testNode {
 	t.Helper()
 	tgt, err := target.New()
 	require.NoError(t, err)

@@ -378,11 +378,65 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	return done, nil
 }
 
-// ReadAtv fills bufs in order from off, one READ (or more) per buffer.
-func (f *file) ReadAtv(bufs [][]byte, off int64) (int, error) { return vfs.ReadAtvLoop(f, bufs, off) }
+// scratch holds the buffers ReadAtv and WriteAtv gather into: one
+// command for a shard's header and data costs one round trip, where two
+// cost two.
+var scratch sync.Pool // of *[]byte
 
-// WriteAtv writes bufs in order at off, one WRITE (or more) per buffer.
-func (f *file) WriteAtv(bufs [][]byte, off int64) (int, error) { return vfs.WriteAtvLoop(f, bufs, off) }
+// gather returns a scratch buffer of n bytes, and its pool entry.
+func gather(n int) ([]byte, *[]byte) {
+	bp, _ := scratch.Get().(*[]byte)
+	if bp == nil || cap(*bp) < n {
+		b := make([]byte, n)
+		bp = &b
+	}
+	return (*bp)[:n], bp
+}
+
+// vecLen is the bytes of bufs, and whether they fit one command.
+func (f *file) vecLen(bufs [][]byte) (int, bool) {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return n, len(bufs) > 1 && n <= f.fs.maxIO
+}
+
+// ReadAtv fills bufs in order from off: with one READ when they fit one
+// command, else one READ (or more) per buffer.
+func (f *file) ReadAtv(bufs [][]byte, off int64) (int, error) {
+	n, one := f.vecLen(bufs)
+	if !one {
+		return vfs.ReadAtvLoop(f, bufs, off)
+	}
+	b, bp := gather(n)
+	defer scratch.Put(bp)
+	got, err := f.ReadAt(b, off)
+	done := 0
+	for _, dst := range bufs {
+		if done >= got {
+			break
+		}
+		done += copy(dst, b[done:got])
+	}
+	return got, err
+}
+
+// WriteAtv writes bufs in order at off: with one WRITE when they fit one
+// command, else one WRITE (or more) per buffer.
+func (f *file) WriteAtv(bufs [][]byte, off int64) (int, error) {
+	n, one := f.vecLen(bufs)
+	if !one {
+		return vfs.WriteAtvLoop(f, bufs, off)
+	}
+	b, bp := gather(n)
+	defer scratch.Put(bp)
+	done := 0
+	for _, src := range bufs {
+		done += copy(b[done:], src)
+	}
+	return f.WriteAt(b, off)
+}
 
 // Sync makes the file's data and size durable on the device.
 func (f *file) Sync() error {
