@@ -377,16 +377,26 @@ func TestClusterRollingRestart(t *testing.T) {
 	}
 	hostNS, _ := c.machine("h", 200)
 	require.NoError(t, nodes[0].rpc(t, "cluster_volume_create", `{"name":"vol","geometry":"4+2","size":268435456}`, nil))
-	whole := func(what string) string {
+	// whole waits, with `target cluster status --wait` on a node other
+	// than not, until the volume is served, whole and placed, and
+	// returns its head.
+	whole := func(what, not string) string {
+		asked := nodes[0]
+		if asked.id == not {
+			asked = nodes[1]
+		}
+		b, err := exec.Command(filepath.Join(binDir, "target"), "cluster", "status", "-s", asked.sock,
+			"--wait", "--timeout", "120s").CombinedOutput()
+		require.NoError(t, err, "%s:\n%s", what, b)
+		require.Contains(t, string(b), "cluster settled")
 		var head string
-		waitFor(t, what, 120*time.Second, nodes, func(all map[string]netStatus) bool {
+		waitFor(t, what, 10*time.Second, nodes, func(all map[string]netStatus) bool {
 			head = servedBy(all, "vol")
-			st := all[head]
-			return head != "" && len(st.Rebuilds) == 0 && len(st.Stores) == 1 && !st.Stores[0].Degraded
+			return head != ""
 		})
 		return head
 	}
-	head := whole("a head serves vol")
+	head := whole("a head serves vol", "")
 
 	fioJob := func(seed int, extra ...string) *exec.Cmd {
 		args := []string{"netns", "exec", hostNS, "fio", "--name=r", "--ioengine=external:" + engine, "--thread=1",
@@ -431,7 +441,7 @@ func TestClusterRollingRestart(t *testing.T) {
 		n.d.stop(t)
 		c.startNode(n, etcd)
 		time.Sleep(3 * time.Second)
-		head = whole("the volume whole again after restarting " + what)
+		head = whole("the volume whole again after restarting "+what, n.id)
 	}
 	stop.Store(true)
 	last := 0

@@ -53,7 +53,7 @@ func newApp() *cli.App {
 			}
 			return serve(c.Context, c.App.Writer, defaultServeConfig())
 		},
-		Commands: []*cli.Command{serveCommand(serve), rpcCommand(), perfCommand(), scrubCommand(), repairCommand(), migrateCommand()},
+		Commands: []*cli.Command{serveCommand(serve), rpcCommand(), clusterCommand(), perfCommand(), scrubCommand(), repairCommand(), migrateCommand()},
 	}
 }
 

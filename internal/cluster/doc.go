@@ -22,7 +22,9 @@
 // A node leaves the map only drained (Draining), holding no shard and
 // serving no volume (RemoveNode). Liveness (Join's live key under a
 // member lease) informs operators and the choice of a head; safety never
-// depends on it.
+// depends on it. A head's report of its volume (Head.Report: its store's
+// health, a rebuild's progress) lives under the head's lease, so every
+// node can answer an operator with it and it goes with the head.
 //
 // # Placement (placement.go)
 //

@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -286,3 +288,40 @@ func (h *Head) renew(ctx context.Context) {
 func (h *Head) untilDeadline() time.Duration {
 	return max(time.Duration(h.deadline.Load())-time.Since(h.base), 0)
 }
+
+// Report puts v (as JSON) in the map as what the head says of its volume
+// now (its store's health, a rebuild's progress), under the head's lease:
+// it goes when the head does. Any node can read it (Reports), so an
+// operator asking any node sees it. A nil v removes it.
+func (h *Head) Report(ctx context.Context, v any) error {
+	if err := h.Valid(); err != nil {
+		return err
+	}
+	k := h.m.reportKey(h.Volume)
+	if v == nil {
+		_, err := h.m.cli.Delete(ctx, k)
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = h.m.cli.Put(ctx, k, string(b), clientv3.WithLease(h.lease))
+	return err
+}
+
+// Reports returns what the heads reported of their volumes (Head.Report),
+// by volume.
+func (m *Map) Reports(ctx context.Context) (map[string]json.RawMessage, error) {
+	r, err := m.cli.Get(ctx, m.prefix+"reports/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]json.RawMessage, len(r.Kvs))
+	for _, kv := range r.Kvs {
+		out[strings.TrimPrefix(string(kv.Key), m.prefix+"reports/")] = json.RawMessage(kv.Value)
+	}
+	return out, nil
+}
+
+func (m *Map) reportKey(volume string) string { return m.prefix + "reports/" + volume }

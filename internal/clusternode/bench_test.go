@@ -17,10 +17,12 @@ import (
 // BenchmarkClusterWrite writes 1 MiB blocks, eight at a time, to a 4+2
 // volume of six nodes in this process, over NVMe/TCP on loopback: the
 // whole cluster's CPU per byte in one profile (go test -cpuprofile).
-func BenchmarkClusterWrite(b *testing.B) {
+// benchCluster starts six nodes in this process with a 4+2 volume of
+// size bytes and returns its head and the namespace a host sees.
+func benchCluster(b *testing.B, size int64) (*testNode, *host.Namespace) {
 	e, err := cluster.StartEmbedded(cluster.EmbedOptions{Dir: b.TempDir()})
 	require.NoError(b, err)
-	defer e.Close()
+	b.Cleanup(e.Close)
 	dir := b.TempDir()
 	var nodes []*testNode
 	for i := range 6 {
@@ -28,8 +30,7 @@ func BenchmarkClusterWrite(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	const size = 256 << 20
-	_, err = nodes[0].cli.CreateVolume(ctx, cluster.Volume{Name: "v", Geometry: "4+2", Size: size})
+	_, err = nodes[0].cli.CreateVolume(ctx, cluster.Volume{Name: "v", Geometry: "4+2", Size: uint64(size)})
 	require.NoError(b, err)
 	var head *testNode
 	for head == nil {
@@ -42,12 +43,14 @@ func BenchmarkClusterWrite(b *testing.B) {
 	}
 	c, err := host.Dial(ctx, head.addr, host.WithSubsystem(VolumeNQN("v")), host.WithMaxTransfer(1<<20))
 	require.NoError(b, err)
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
 	ns, err := c.Namespace(1)
 	require.NoError(b, err)
-	const block, depth = 1 << 20, 8
-	b.SetBytes(block)
-	b.ResetTimer()
+	return head, ns
+}
+
+// run does b.N requests of fn, depth at a time, each given its index.
+func run(b *testing.B, depth int, fn func(buf []byte, i int) error, block int) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	next := 0
@@ -62,7 +65,7 @@ func BenchmarkClusterWrite(b *testing.B) {
 				if i >= b.N {
 					return
 				}
-				if _, err := ns.WriteAt(buf, int64(i%(size/block))*block); err != nil {
+				if err := fn(buf, i); err != nil {
 					b.Error(err)
 					return
 				}
@@ -70,13 +73,15 @@ func BenchmarkClusterWrite(b *testing.B) {
 		})
 	}
 	wg.Wait()
-	b.StopTimer()
-	// The mean time of the head's commands to the shards' devices.
+}
+
+// reportShardIO reports the head's commands to the shards' devices per
+// op, and their mean time.
+func reportShardIO(b *testing.B, head *testNode) {
 	var kinds [4]devsvc.KindStats
 	for _, io := range head.node.ShardIO() {
 		for k, ks := range io.Kinds {
 			kinds[k].Ops += ks.Ops
-			kinds[k].Bytes += ks.Bytes
 			kinds[k].Time += ks.Time
 		}
 	}
@@ -86,4 +91,45 @@ func BenchmarkClusterWrite(b *testing.B) {
 			b.ReportMetric(float64(ks.Ops)/float64(b.N), "shard-"+devsvc.Kind(k).String()+"/op")
 		}
 	}
+}
+
+// BenchmarkClusterWrite writes 1 MiB blocks, eight at a time, to a 4+2
+// volume of six nodes in this process, over NVMe/TCP on loopback: the
+// whole cluster's CPU per byte in one profile (go test -cpuprofile), and
+// the head's commands to the shards per write.
+func BenchmarkClusterWrite(b *testing.B) {
+	const size, block = 256 << 20, 1 << 20
+	head, ns := benchCluster(b, size)
+	b.SetBytes(block)
+	b.ResetTimer()
+	run(b, 8, func(buf []byte, i int) error {
+		_, err := ns.WriteAt(buf, int64(i%(size/block))*block)
+		return err
+	}, block)
+	b.StopTimer()
+	reportShardIO(b, head)
+}
+
+// BenchmarkClusterRandRead reads 4 KiB at random, 32 at a time, from 64
+// MiB of a 4+2 volume of six nodes written first.
+func BenchmarkClusterRandRead(b *testing.B) {
+	const size, region, block = 256 << 20, 64 << 20, 4096
+	head, ns := benchCluster(b, size)
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < region; off += int64(len(buf)) {
+		_, err := ns.WriteAt(buf, off)
+		require.NoError(b, err)
+	}
+	require.NoError(b, ns.Flush())
+	before := head.node.ShardIO()
+	_ = before
+	b.SetBytes(block)
+	b.ResetTimer()
+	run(b, 32, func(buf []byte, i int) error {
+		off := int64(uint64(i)*2654435761%(region/block)) * block
+		_, err := ns.ReadAt(buf, off)
+		return err
+	}, block)
+	b.StopTimer()
+	reportShardIO(b, head)
 }

@@ -81,6 +81,25 @@
 // head's epoch, which the device refuses once a newer head has written
 // (devsvc, "Fencing").
 //
+// # What protects the internal subsystem
+//
+// A host NQN names a host; it does not prove who the host is, and
+// capsule has no in-band authentication (DH-HMAC-CHAP) or TLS yet. So the
+// allow-list keeps out hosts that are not members by mistake, not
+// attackers: anyone who can reach a node's listener and presents a
+// member's NQN can read and write its devices. What else protects them:
+//
+//   - The network. Run the cluster's listeners (--listen, --advertise)
+//     on a private network or VLAN, or let a firewall admit only the
+//     nodes' addresses and the hosts' to the NVMe-oF port; etcd likewise.
+//   - The device service confines every name to the device's directory
+//     (no "..", nothing absolute, nothing outside a volume's directory),
+//     so a client reaches only volumes' shard files, never the node's
+//     other files.
+//   - The epoch fence refuses changes from a head older than the newest
+//     that wrote; it stops a stale head, not a forger, who can send any
+//     epoch.
+//
 // # Sharp edges
 //
 //   - A host that connects to one node alone (no multipath) reaches the

@@ -1,8 +1,10 @@
 package clusternode
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -67,6 +69,59 @@ func (n *Node) ShardIO() []ShardIO {
 // Start, and the data its rebuilds reconstructed, running ones included.
 func (n *Node) RebuildTotals() (finished, bytes int64) {
 	return n.rebuildsFinished.Load(), n.rebuiltBytes.Load()
+}
+
+// VolumeReport is what a head reports of a volume it serves, in the map
+// (cluster.Head.Report), so that cluster_get_status on any node shows
+// it: its store's health and the rebuild it runs.
+type VolumeReport struct {
+	Node     string `json:"node"`
+	Degraded bool   `json:"degraded"`
+	// Out are the positions out of use (missing, failed, rebuilding).
+	Out     []int          `json:"out,omitempty"`
+	Rebuild *RebuildStatus `json:"rebuild,omitempty"`
+}
+
+// volumeReport is vs's report now.
+func (n *Node) volumeReport(vs *served) VolumeReport {
+	r := VolumeReport{Node: n.cfg.ID}
+	in := vs.store.Info()
+	r.Degraded = in.Degraded
+	for i, d := range in.Devices {
+		if d.State != chunkstore.DeviceHealthy {
+			r.Out = append(r.Out, i)
+		}
+	}
+	vs.mu.Lock()
+	if vs.rebuild != nil {
+		rb := *vs.rebuild
+		r.Rebuild = &rb
+	}
+	vs.mu.Unlock()
+	return r
+}
+
+// report puts vs's report in the map every second that it changed, until
+// ctx ends (the key goes with the head's lease).
+func (n *Node) report(ctx context.Context, vs *served) {
+	var last []byte
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		r := n.volumeReport(vs)
+		if b, _ := json.Marshal(r); !bytes.Equal(b, last) {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if err := vs.head.Report(rctx, r); err == nil {
+				last = b
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Rebuilds returns the rebuilds this node runs now.

@@ -347,7 +347,10 @@ func (n *Node) serve(ctx context.Context, name string, h *cluster.Head) (err err
 	maintained := make(chan struct{})
 	go func() {
 		defer close(maintained)
+		var wg sync.WaitGroup
+		wg.Go(func() { n.report(mctx, vs) })
 		n.maintain(mctx, vs)
+		wg.Wait()
 	}()
 	select {
 	case <-h.Lost():

@@ -57,42 +57,49 @@ func rpcErr(err error) error {
 	return admin.Errorf(admin.CodeInternal, "%v", err)
 }
 
-type memberStatus struct {
+// MemberStatus is a node of the map, as cluster_get_status shows it.
+type MemberStatus struct {
 	cluster.Node
 	Live bool `json:"live"`
 }
 
-type volumeStatus struct {
+// VolumeStatus is a volume of the map, as cluster_get_status shows it:
+// its head, the moves its placement still wants, and the head's report.
+type VolumeStatus struct {
 	cluster.Volume
 	Head  *cluster.HeadInfo `json:"head"`
 	Moves []cluster.Move    `json:"moves"`
 	Error string            `json:"placement_error,omitempty"`
+	// Report is what the head reports of the volume, if it does.
+	Report *VolumeReport `json:"report,omitempty"`
 }
 
-// servedStatus is a volume this node heads, as its store sees it.
-type servedStatus struct {
+// ServedStatus is a volume this node heads, as its store sees it.
+type ServedStatus struct {
 	Volume   string           `json:"volume"`
 	Epoch    int64            `json:"epoch"`
 	Degraded bool             `json:"degraded"`
-	Devices  []servedPosition `json:"devices"`
+	Devices  []ServedPosition `json:"devices"`
 }
 
-type servedPosition struct {
+// ServedPosition is a position of a served volume: the device, and its
+// state in the store.
+type ServedPosition struct {
 	Device cluster.DeviceRef `json:"device"`
 	State  string            `json:"state"`
 }
 
 // Stores describes the stores of the volumes this node heads.
-func (n *Node) stores() []servedStatus {
+func (n *Node) stores() []ServedStatus {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := []servedStatus{}
+	out := []ServedStatus{}
 	for _, vs := range n.served {
 		in := vs.store.Info()
-		st := servedStatus{Volume: vs.name, Epoch: vs.head.Epoch, Degraded: in.Degraded}
+		st := ServedStatus{Volume: vs.name, Epoch: vs.head.Epoch, Degraded: in.Degraded}
 		vs.mu.Lock()
 		for i, d := range in.Devices {
-			st.Devices = append(st.Devices, servedPosition{Device: vs.have[i], State: d.State.String()})
+			st.Devices = append(st.Devices, ServedPosition{Device: vs.have[i], State: d.State.String()})
 		}
 		vs.mu.Unlock()
 		out = append(out, st)
@@ -100,13 +107,15 @@ func (n *Node) stores() []servedStatus {
 	return out
 }
 
-type clusterStatus struct {
+// Status is cluster_get_status's answer: this node's own part (what it
+// serves, its stores, its rebuilds) and the map's (members, volumes).
+type Status struct {
 	Node     string          `json:"node"`
 	Serving  []string        `json:"serving"`
-	Stores   []servedStatus  `json:"stores"`
+	Stores   []ServedStatus  `json:"stores"`
 	Rebuilds []RebuildStatus `json:"rebuilds"`
-	Members  []memberStatus  `json:"members"`
-	Volumes  []volumeStatus  `json:"volumes"`
+	Members  []MemberStatus  `json:"members"`
+	Volumes  []VolumeStatus  `json:"volumes"`
 	// MapError says why the cluster map could not be read (etcd out of
 	// reach): then only this node's own part is there.
 	MapError string `json:"map_error,omitempty"`
@@ -117,8 +126,8 @@ func (n *Node) rpcStatus(ctx context.Context, params json.RawMessage) (any, erro
 		return nil, err
 	}
 	// What this node knows answers even when etcd does not.
-	st := clusterStatus{Node: n.cfg.ID, Serving: n.Serving(), Stores: n.stores(), Rebuilds: n.Rebuilds(),
-		Members: []memberStatus{}, Volumes: []volumeStatus{}}
+	st := Status{Node: n.cfg.ID, Serving: n.Serving(), Stores: n.stores(), Rebuilds: n.Rebuilds(),
+		Members: []MemberStatus{}, Volumes: []VolumeStatus{}}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := n.mapStatus(ctx, &st); err != nil {
@@ -128,7 +137,7 @@ func (n *Node) rpcStatus(ctx context.Context, params json.RawMessage) (any, erro
 }
 
 // mapStatus fills in what the cluster map says.
-func (n *Node) mapStatus(ctx context.Context, st *clusterStatus) error {
+func (n *Node) mapStatus(ctx context.Context, st *Status) error {
 	m := n.cfg.Map
 	nodes, _, err := m.Nodes(ctx)
 	if err != nil {
@@ -146,13 +155,21 @@ func (n *Node) mapStatus(ctx context.Context, st *clusterStatus) error {
 	if err != nil {
 		return err
 	}
+	reports, err := m.Reports(ctx)
+	if err != nil {
+		return err
+	}
 	for _, p := range nodes {
-		st.Members = append(st.Members, memberStatus{Node: p, Live: live[p.ID]})
+		st.Members = append(st.Members, MemberStatus{Node: p, Live: live[p.ID]})
 	}
 	for _, v := range vols {
-		vs := volumeStatus{Volume: v, Moves: []cluster.Move{}}
+		vs := VolumeStatus{Volume: v, Moves: []cluster.Move{}}
 		if h, ok := heads[v.Name]; ok {
 			vs.Head = &h
+			var r VolumeReport
+			if raw, ok := reports[v.Name]; ok && json.Unmarshal(raw, &r) == nil && r.Node == h.Node {
+				vs.Report = &r
+			}
 		}
 		if _, moves, err := cluster.Plan(v, nodes); err != nil {
 			vs.Error = err.Error()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -47,11 +48,19 @@ func TestClusterRPC(t *testing.T) {
 	_, rerr = call(t, srv, "cluster_volume_create", map[string]any{"name": "v", "bogus": 1})
 	require.NotNil(t, rerr, "unknown parameter")
 
-	headOf(t, nodes, "v", "")
-	res, rerr := call(t, srv, "cluster_get_status", map[string]any{})
-	require.Nil(t, rerr)
-	var st clusterStatus
-	require.NoError(t, json.Unmarshal(res, &st))
+	head := headOf(t, nodes, "v", "")
+	// Every node's status carries the head's report of the volume.
+	var st Status
+	require.Eventually(t, func() bool {
+		res, rerr := call(t, srv, "cluster_get_status", map[string]any{})
+		require.Nil(t, rerr)
+		st = Status{}
+		require.NoError(t, json.Unmarshal(res, &st))
+		return len(st.Volumes) == 1 && st.Volumes[0].Report != nil
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, head.id, st.Volumes[0].Report.Node)
+	assert.False(t, st.Volumes[0].Report.Degraded)
+	assert.Empty(t, st.Volumes[0].Report.Out)
 	require.Len(t, st.Members, 3)
 	for _, m := range st.Members {
 		assert.True(t, m.Live, m.ID)
@@ -61,7 +70,7 @@ func TestClusterRPC(t *testing.T) {
 	assert.Len(t, st.Volumes[0].Shards, 3)
 	assert.Empty(t, st.Volumes[0].Moves)
 
-	res, rerr = call(t, srv, "volume_get_placement", map[string]any{"name": "v"})
+	res, rerr := call(t, srv, "volume_get_placement", map[string]any{"name": "v"})
 	require.Nil(t, rerr)
 	assert.Contains(t, string(res), `"moves":[]`)
 
