@@ -458,6 +458,7 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 	off := s.slotOffset(ext.Slot)
 	d.reads.Add(1)
 	var rerr error
+	ranged := false // header and payload read together
 	if a == 0 {
 		// Header region and payload are contiguous: one preadv.
 		h.iov[0], h.iov[1] = h.b[:], dst
@@ -465,6 +466,14 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 		n, rerr = f.data.ReadAtv(h.iov[:], off)
 		d.readBytes.Add(int64(n))
 		h.iov[1] = nil // the pool must not keep the caller's buffer
+	} else if rr, ok := f.data.(vfs.RangeReader); ok {
+		// A remote device: the header and the range in one round trip.
+		h.iov[0], h.iov[1] = h.b[:hn], dst
+		var n int
+		n, rerr = rr.ReadRanges(h.iov[:], []int64{off, off + shardHeaderRegion + int64(a)})
+		d.readBytes.Add(int64(n))
+		h.iov[1] = nil
+		ranged = true
 	} else {
 		if rerr = vfs.ReadFull(f.data, h.b[:hn], off); rerr == nil {
 			d.readBytes.Add(int64(hn))
@@ -484,7 +493,7 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 			"shard header is of stripe %d/%d slot %d gen %d shard %d, want %d/%d slot %d gen %d shard %d",
 			hdr.Owner, hdr.Index, hdr.Slot, hdr.Gen, hdr.Shard, key.Owner, key.Index, ext.Slot, ext.Gen, i)}
 	}
-	if a != 0 {
+	if a != 0 && !ranged {
 		if err := vfs.ReadFull(f.data, dst, off+shardHeaderRegion+int64(a)); err != nil {
 			d.errs.Add(1)
 			return &shardError{fault: faultIO, dev: pos, err: err}

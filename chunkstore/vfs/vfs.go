@@ -211,6 +211,15 @@ func ReadAtvLoop(f io.ReaderAt, bufs [][]byte, off int64) (int, error) {
 	return done, nil
 }
 
+// RangeReader is a File that reads several ranges in one call, each
+// bufs[i] from offs[i], as ReadAt would one after the other (io.EOF when
+// the file ends first; the count is the bytes filled, in order). A file
+// on a remote device (a cluster's device service) does it in one round
+// trip where several ReadAt calls take several.
+type RangeReader interface {
+	ReadRanges(bufs [][]byte, offs []int64) (int, error)
+}
+
 // WriteAtvLoop implements WriteAtv with one WriteAt per buffer.
 func WriteAtvLoop(f io.WriterAt, bufs [][]byte, off int64) (int, error) {
 	done := 0

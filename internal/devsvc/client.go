@@ -48,7 +48,7 @@ func (k Kind) String() string { return kindNames[k] }
 
 func kindOf(op nvmeof.Opcode) Kind {
 	switch op {
-	case OpRead:
+	case OpRead, OpReadRanges:
 		return KindRead
 	case OpWrite:
 		return KindWrite
@@ -147,7 +147,7 @@ func (f *FS) do(c *call) (int, error) {
 	switch {
 	case err != nil:
 		k.errs.Add(1)
-	case c.op == OpRead:
+	case c.op == OpRead || c.op == OpReadRanges:
 		k.bytes.Add(uint64(n))
 	case c.op == OpWrite:
 		k.bytes.Add(uint64(len(c.in)))
@@ -421,6 +421,51 @@ func (f *file) ReadAtv(bufs [][]byte, off int64) (int, error) {
 	}
 	return got, err
 }
+
+// ReadRanges fills each bufs[i] from offs[i] with one READRANGES when
+// they fit one command, else with a READ (or more) each. As ReadAt, it
+// returns io.EOF when the file ends before the last range does; the
+// count is the bytes filled, range after range.
+func (f *file) ReadRanges(bufs [][]byte, offs []int64) (int, error) {
+	n, one := f.vecLen(bufs)
+	if !one || len(bufs) > MaxRanges || len(offs) != len(bufs) {
+		done := 0
+		for i, b := range bufs {
+			k, err := f.ReadAt(b, offs[i])
+			done += k
+			if err != nil {
+				return done, err
+			}
+		}
+		return done, nil
+	}
+	rs := make([]Range, len(bufs))
+	for i, b := range bufs {
+		if offs[i] < 0 {
+			return 0, f.pathErr("read", syscall.EINVAL)
+		}
+		rs[i] = Range{Off: offs[i], Len: len(b)}
+	}
+	b, bp := gather(n)
+	defer scratch.Put(bp)
+	got, err := f.cmd(&call{op: OpReadRanges, in: AppendRanges(nil, rs), out: b})
+	if err != nil {
+		return 0, f.pathErr("read", err)
+	}
+	done := 0
+	for _, dst := range bufs {
+		if done >= got {
+			break
+		}
+		done += copy(dst, b[done:got])
+	}
+	if got < n {
+		return got, io.EOF
+	}
+	return got, nil
+}
+
+var _ vfs.RangeReader = (*file)(nil)
 
 // WriteAtv writes bufs in order at off: with one WRITE when they fit one
 // command, else one WRITE (or more) per buffer.

@@ -1,6 +1,7 @@
 package devsvc
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -116,6 +117,54 @@ func TestLargeIO(t *testing.T) {
 	st, err := os.Stat(d.dir + "/v/big")
 	require.NoError(t, err)
 	assert.EqualValues(t, len(data)+100, st.Size())
+}
+
+// TestVectors: a shard's header and data gathered into one WRITE, and
+// ranges read back in one READRANGES (counted as one read), a range past
+// the end of the file cut short with io.EOF; more ranges than one
+// command takes fall back to a READ each.
+func TestVectors(t *testing.T) {
+	d := startDevice(t, t.TempDir(), "tcp://127.0.0.1:0")
+	fsys, err := New(dial(t, d.addr), 1, "v")
+	require.NoError(t, err)
+	require.NoError(t, fsys.MkdirAll("."))
+	f, err := fsys.OpenFile("shard", os.O_RDWR|os.O_CREATE)
+	require.NoError(t, err)
+	defer f.Close()
+	hdr, body := bytes.Repeat([]byte{0xAB}, 512), make([]byte, 64<<10)
+	for i := range body {
+		body[i] = byte(i * 13)
+	}
+	before := fsys.Stats()[KindWrite].Ops
+	n, err := f.WriteAtv([][]byte{hdr, body}, 0)
+	require.NoError(t, err)
+	require.Equal(t, len(hdr)+len(body), n)
+	assert.Equal(t, before+1, fsys.Stats()[KindWrite].Ops, "one WRITE for both buffers")
+
+	rr := f.(vfs.RangeReader)
+	a, b := make([]byte, 16), make([]byte, 4096)
+	reads := fsys.Stats()[KindRead].Ops
+	n, err = rr.ReadRanges([][]byte{a, b}, []int64{0, 512 + 8192})
+	require.NoError(t, err)
+	assert.Equal(t, 16+4096, n)
+	assert.Equal(t, hdr[:16], a)
+	assert.Equal(t, body[8192:8192+4096], b)
+	assert.Equal(t, reads+1, fsys.Stats()[KindRead].Ops, "one command for both ranges")
+
+	c := make([]byte, 1000)
+	n, err = rr.ReadRanges([][]byte{a, c}, []int64{0, int64(len(hdr) + len(body) - 100)})
+	assert.ErrorIs(t, err, io.EOF)
+	assert.Equal(t, 16+100, n)
+	assert.Equal(t, body[len(body)-100:], c[:100])
+
+	many, offs := make([][]byte, MaxRanges+1), make([]int64, MaxRanges+1)
+	for i := range many {
+		many[i], offs[i] = make([]byte, 8), int64(512+i*8)
+	}
+	n, err = rr.ReadRanges(many, offs)
+	require.NoError(t, err)
+	assert.Equal(t, 8*len(many), n)
+	assert.Equal(t, body[8*MaxRanges:8*MaxRanges+8], many[MaxRanges])
 }
 
 // TestFence: once a newer head wrote, an older head's changes are

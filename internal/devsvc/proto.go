@@ -26,7 +26,55 @@ const (
 	OpSyncDir  nvmeof.Opcode = 0xAD // in: name
 	OpStat     nvmeof.Opcode = 0xB3 // in+out: name → Info
 	OpList     nvmeof.Opcode = 0xB7 // in+out: name → names
+	// OpReadRanges reads several ranges of an open file in one command:
+	// in+out, ranges → their data.
+	OpReadRanges nvmeof.Opcode = 0xBB
 )
+
+// READRANGES' request is RangeSize bytes per range: the offset (u64) and
+// the length (u32) in little endian, and four reserved zero bytes. One
+// command reads at most MaxRanges ranges, each at most MaxRangeLen
+// bytes; the reply is their data one after the other.
+const (
+	RangeSize   = 16
+	MaxRanges   = 64
+	MaxRangeLen = 1 << 30
+)
+
+// Range is one range of a READRANGES command.
+type Range struct {
+	Off int64
+	Len int
+}
+
+// AppendRanges appends the request bytes of rs to b.
+func AppendRanges(b []byte, rs []Range) []byte {
+	for _, r := range rs {
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.Off))
+		b = binary.LittleEndian.AppendUint32(b, uint32(r.Len))
+		b = binary.LittleEndian.AppendUint32(b, 0)
+	}
+	return b
+}
+
+// ParseRanges reads a READRANGES request: whole ranges, at least one and
+// at most MaxRanges, each with an offset below 2^62, a length of at most
+// MaxRangeLen and its reserved bytes zero.
+func ParseRanges(b []byte) ([]Range, error) {
+	if len(b) == 0 || len(b)%RangeSize != 0 || len(b)/RangeSize > MaxRanges {
+		return nil, fmt.Errorf("devsvc: a READRANGES request of %d bytes", len(b))
+	}
+	out := make([]Range, 0, len(b)/RangeSize)
+	for ; len(b) > 0; b = b[RangeSize:] {
+		off := binary.LittleEndian.Uint64(b)
+		n := binary.LittleEndian.Uint32(b[8:])
+		if off > 1<<62 || n > MaxRangeLen || binary.LittleEndian.Uint32(b[12:]) != 0 {
+			return nil, fmt.Errorf("devsvc: READRANGES range at %d of %d bytes (reserved %08x)", off, n, binary.LittleEndian.Uint32(b[12:]))
+		}
+		out = append(out, Range{Off: int64(off), Len: int(n)})
+	}
+	return out, nil
+}
 
 // OpName names an opcode for messages.
 func OpName(op nvmeof.Opcode) string {
@@ -59,6 +107,8 @@ func OpName(op nvmeof.Opcode) string {
 		return "STAT"
 	case OpList:
 		return "LIST"
+	case OpReadRanges:
+		return "READRANGES"
 	}
 	return fmt.Sprintf("opcode %02Xh", uint8(op))
 }

@@ -113,6 +113,21 @@ func FuzzNames(f *testing.F) {
 	})
 }
 
+func FuzzRanges(f *testing.F) {
+	f.Add(AppendRanges(nil, []Range{{Off: 0, Len: 512}, {Off: 8704, Len: 4096}}))
+	f.Add(hextest.MustDecode("0010000000000000 00100000 00000000")) // 4096 bytes at 4096
+	f.Add(hextest.MustDecode("0000000000000000 00100000 01000000")) // reserved bytes set: refused
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, err := ParseRanges(b)
+		if err != nil {
+			return
+		}
+		if out := AppendRanges(nil, rs); !bytes.Equal(out, b) {
+			t.Fatalf("round trip: % x -> % x", b, out)
+		}
+	})
+}
+
 // FuzzServer sends any command to a server on an in-memory device: no
 // panic, and nothing lands outside a volume's directory or in the fence
 // directory except the fence records.
@@ -123,6 +138,8 @@ func FuzzServer(f *testing.F) {
 	f.Add(uint8(OpStat), uint32(0), uint32(0), uint32(0), uint32(0), uint64(0), []byte("../x"), 32)
 	f.Add(uint8(OpRead), uint32(1), uint32(0), uint32(4096), uint32(0), uint64(0), []byte{}, 4096)
 	f.Add(uint8(OpList), uint32(0), uint32(0), uint32(0), uint32(0), uint64(0), []byte("v"), 3)
+	f.Add(uint8(OpReadRanges), uint32(1), uint32(0), uint32(0), uint32(0), uint64(0),
+		AppendRanges(nil, []Range{{Off: 0, Len: 16}, {Off: 4096, Len: 100}}), 116)
 	f.Fuzz(func(t *testing.T, op uint8, cdw10, cdw12, cdw14, cdw15 uint32, epoch uint64, in []byte, outLen int) {
 		mem := vfs.NewMem()
 		if err := mem.MkdirAll("v"); err != nil {
