@@ -23,7 +23,11 @@
 // (ReadAtv, WriteAtv: preadv/pwritev on the OS), which the store uses to
 // write a shard's header region and payload, or a run of shard slots, at
 // once. On MemFS such a call is one operation, atomic with respect to a
-// crash; InjectFS counts it as one OpRead or OpWrite.
+// crash; InjectFS counts it as one OpRead or OpWrite. A file may also be
+// a RangeReader, reading buffers at several offsets in one call: a
+// cluster's remote device (package devsvc) is, so that the store reads a
+// shard's header and a range of its payload in one round trip; the OS
+// and memory files are not (two preads cost little).
 //
 // # Durability rules
 //

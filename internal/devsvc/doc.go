@@ -35,6 +35,15 @@
 //	ADh  SYNCDIR   in      epoch   -         -         -                 name                 -
 //	B3h  STAT      in+out  -       -         -         -                 name                 Info
 //	B7h  LIST      in+out  -       -         -         -                 name                 names, each NUL-terminated
+//	BBh  READRANGES in+out -       handle    -         -                 ranges               their data, back to back
+//
+// READRANGES' request is 16 bytes per range (offset u64, length u32,
+// four reserved zero bytes; at most MaxRanges of them): a chunk store
+// reads a shard's header and a range of its data in one round trip
+// (vfs.RangeReader), where READ takes two. A range cut short by the end
+// of the file ends the reply. The client also gathers the buffers of a
+// WriteAtv or ReadAtv that fit one command (a shard's header and data)
+// into one WRITE or READ.
 //
 // 64-bit fields span two dwords, low dword first. Open flags are Linux's
 // O_RDWR (2), O_CREAT (40h), O_EXCL (80h) and O_TRUNC (200h); no other
