@@ -210,7 +210,9 @@ func servedBy(all map[string]netStatus, vol string) string {
 // three-member etcd cluster hold a 4+2 volume. A host writes it with fio
 // (verified) while two nodes that hold shards are killed; two new nodes
 // join, the dead ones are drained, the head rebuilds their positions on
-// the new nodes, and every byte fio wrote reads back, verified.
+// the new nodes, and every byte fio wrote reads back, verified; then the
+// head and another shard holder are killed together, and every byte
+// still reads back through a new head.
 func TestClusterSixNodes(t *testing.T) {
 	engine := fioEngine(t)
 	c := newClusterNet(t)
@@ -286,6 +288,48 @@ func TestClusterSixNodes(t *testing.T) {
 	for _, n := range dead {
 		require.NoError(t, byID[head].rpc(t, "node_remove", fmt.Sprintf(`{"id":%q}`, n.id), nil), "the drained node leaves")
 	}
+
+	// Then the head and another shard holder die together (SIGKILL): a
+	// new head serves the volume degraded, and every byte still reads
+	// back, through the surviving nodes' paths.
+	var holders []string
+	waitFor(t, "the map names the volume's nodes", 10*time.Second, live, func(all map[string]netStatus) bool {
+		st := all[head]
+		if len(st.Volumes) != 1 {
+			return false
+		}
+		holders = holders[:0]
+		for _, sh := range st.Volumes[0].Shards {
+			holders = append(holders, sh.Node)
+		}
+		return true
+	})
+	second := ""
+	for _, id := range holders {
+		if id != head {
+			second = id
+			break
+		}
+	}
+	killed := []*netNode{byID[head], byID[second]}
+	for _, n := range killed {
+		n.kill(t)
+	}
+	survivors := slices.DeleteFunc(slices.Clone(live), func(n *netNode) bool { return slices.Contains(killed, n) })
+	var next string
+	waitFor(t, "a new head after the head and "+second+" died", 60*time.Second, survivors, func(all map[string]netStatus) bool {
+		next = servedBy(all, "vol")
+		return next != ""
+	})
+	var paths []string
+	for _, n := range survivors {
+		paths = append(paths, n.addr)
+	}
+	job[slices.IndexFunc(job, func(a string) bool { return strings.HasPrefix(a, "--uri=") })] = "--uri=" + strings.Join(paths, ",")
+	verify = exec.Command("ip", append([]string{"netns", "exec", hostNS, "fio"}, append(job, "--verify_only=1")...)...)
+	verify.Dir = t.TempDir()
+	b, err = verify.CombinedOutput()
+	require.NoError(t, err, "verify through %s after the head %s and %s died:\n%s", next, head, second, b)
 }
 
 // TestClusterPartition cuts the head of a 2+1 volume off from etcd while

@@ -103,9 +103,9 @@ func (d *volumeDev) WriteAtFUA(p []byte, off int64) (int, error) {
 }
 
 // Sync of a node that does not head the volume has nothing to do: the
-// head it was synced the volume when it stopped (serve), and a host's
-// Flush through a standby path is refused by its ANA state before it
-// gets here.
+// volume was synced when this node last stopped heading it (serve), and
+// a host's Flush through a standby path is refused by its ANA state
+// before it gets here.
 func (d *volumeDev) Sync() error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
