@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/capsule-storage/capsule/chunkstore"
+	"github.com/capsule-storage/capsule/internal/admin"
 )
 
 // NodeState says whether a node takes new shards.
@@ -96,6 +97,9 @@ type Volume struct {
 	// UUID identifies the volume to hosts (its namespace's NGUID and
 	// UUID), the same on every node; CreateVolume makes a random one.
 	UUID string `json:"uuid,omitempty"`
+	// Hosts are the host NQNs that may connect to the volume's subsystem
+	// on every node; none lets any host connect.
+	Hosts []string `json:"hosts,omitempty"`
 	// Shards[i] is the device that holds the volume's device position i
 	// (chunkstore's device i). Set by CreateVolume, changed by the
 	// rebalancer one position at a time.
@@ -190,6 +194,11 @@ func (v Volume) Validate() error {
 	for i, d := range v.Shards {
 		if slices.Contains(v.Shards[:i], d) {
 			return fmt.Errorf("%w: volume %s: device %s holds two shards", ErrInvalid, v.Name, d)
+		}
+	}
+	for _, h := range v.Hosts {
+		if err := admin.CheckNQN(h); err != nil {
+			return fmt.Errorf("%w: volume %s: host %q: %v", ErrInvalid, v.Name, h, err)
 		}
 	}
 	return nil

@@ -81,6 +81,14 @@
 // head's epoch, which the device refuses once a newer head has written
 // (devsvc, "Fencing").
 //
+// # Hosts
+//
+// A volume's subsystem lets in the hosts the map lists for it
+// (Volume.Hosts; cluster_volume_create's "hosts", changed with
+// cluster_volume_set_hosts), on every node within a second of a change,
+// or any host when it lists none. As with nvmf_subsystem_remove_host, a
+// host taken off the list keeps the controllers it has.
+//
 // # What protects the internal subsystem
 //
 // A host NQN names a host; it does not prove who the host is, and
@@ -106,7 +114,6 @@
 //     volume only while that node heads it.
 //   - Controller IDs of nodes numbered 66 and up repeat those of nodes
 //     1 to 65.
-//   - The volume's subsystem lets any host connect.
 //   - A move makes the volume degraded by one device until it ends;
 //     copying the position while the old device still serves would not.
 //   - A device that fails for good on a live node is rebuilt in place

@@ -158,7 +158,8 @@ func volumeIDs(v cluster.Volume) (id [16]byte) {
 }
 
 // export returns volume v's export, making it (every listener
-// Inaccessible) if this node has none yet.
+// Inaccessible) if this node has none yet, with the volume's hosts
+// allowed.
 func (n *Node) export(v cluster.Volume) (*export, error) {
 	n.exportMu.Lock()
 	defer n.exportMu.Unlock()
@@ -166,11 +167,13 @@ func (n *Node) export(v cluster.Volume) (*export, error) {
 	ex := n.exports[v.Name]
 	n.mu.Unlock()
 	if ex != nil {
+		applyHosts(ex.sub, v.Hosts)
 		return ex, nil
 	}
 	nqn := VolumeNQN(v.Name)
 	lo, hi := cluster.CNTLIDRange(n.index)
-	sub, err := n.cfg.Target.AddSubsystem(target.SubsystemConfig{NQN: nqn, AllowAnyHost: true, MinCNTLID: lo, MaxCNTLID: hi})
+	sub, err := n.cfg.Target.AddSubsystem(target.SubsystemConfig{NQN: nqn, AllowAnyHost: len(v.Hosts) == 0, Hosts: v.Hosts,
+		MinCNTLID: lo, MaxCNTLID: hi})
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +188,26 @@ func (n *Node) export(v cluster.Volume) (*export, error) {
 	n.exports[v.Name] = ex
 	n.mu.Unlock()
 	return ex, nil
+}
+
+// applyHosts makes sub's allow-list hosts, or any host when there are
+// none, changing only what differs (each change is a discovery log
+// change).
+func applyHosts(sub *target.Subsystem, hosts []string) {
+	if anyHost := len(hosts) == 0; sub.AllowAnyHost() != anyHost {
+		sub.SetAllowAnyHost(anyHost)
+	}
+	have := sub.Hosts()
+	for _, h := range hosts {
+		if !slices.Contains(have, h) {
+			_ = sub.AllowHost(h) // checked by the map
+		}
+	}
+	for _, h := range have {
+		if !slices.Contains(hosts, h) {
+			sub.DisallowHost(h)
+		}
+	}
 }
 
 // setANA sets the state of every ANA group of sub on every listener of

@@ -29,6 +29,7 @@ func (n *Node) Register(srv *admin.Server) {
 	srv.Register("node_remove", n.rpcNodeRemove)
 	srv.Register("cluster_volume_create", n.rpcVolumeCreate)
 	srv.Register("cluster_volume_delete", n.rpcVolumeDelete)
+	srv.Register("cluster_volume_set_hosts", n.rpcVolumeSetHosts)
 	srv.Register("volume_get_placement", n.rpcPlacement)
 }
 
@@ -225,6 +226,7 @@ func (n *Node) rpcVolumeCreate(ctx context.Context, params json.RawMessage) (any
 		Geometry string         `json:"geometry"`
 		Size     uint64         `json:"size"`
 		Spread   cluster.Spread `json:"spread"`
+		Hosts    []string       `json:"hosts"`
 	}
 	if err := decode(params, &p); err != nil {
 		return nil, err
@@ -232,7 +234,29 @@ func (n *Node) rpcVolumeCreate(ctx context.Context, params json.RawMessage) (any
 	if p.Geometry == "" {
 		p.Geometry = "4+2"
 	}
-	v, err := n.cfg.Map.CreateVolume(ctx, cluster.Volume{Name: p.Name, Geometry: p.Geometry, Size: p.Size, Spread: p.Spread})
+	v, err := n.cfg.Map.CreateVolume(ctx, cluster.Volume{Name: p.Name, Geometry: p.Geometry, Size: p.Size, Spread: p.Spread,
+		Hosts: p.Hosts})
+	if err != nil {
+		return nil, rpcErr(err)
+	}
+	return v, nil
+}
+
+// rpcVolumeSetHosts replaces the hosts a volume lets connect (none: any
+// host); every node applies it within a second. Controllers already
+// connected stay, as with nvmf_subsystem_remove_host.
+func (n *Node) rpcVolumeSetHosts(ctx context.Context, params json.RawMessage) (any, error) {
+	var p struct {
+		Name  string   `json:"name"`
+		Hosts []string `json:"hosts"`
+	}
+	if err := decode(params, &p); err != nil {
+		return nil, err
+	}
+	v, err := n.cfg.Map.UpdateVolume(ctx, p.Name, func(v *cluster.Volume) error {
+		v.Hosts = p.Hosts
+		return v.Validate()
+	})
 	if err != nil {
 		return nil, rpcErr(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/capsule-storage/capsule/internal/admin"
 	"github.com/capsule-storage/capsule/internal/cluster"
+	"github.com/capsule-storage/capsule/nvmeof/host"
 )
 
 // call sends one request to srv and returns its result or error.
@@ -69,6 +70,31 @@ func TestClusterRPC(t *testing.T) {
 	require.NotNil(t, st.Volumes[0].Head)
 	assert.Len(t, st.Volumes[0].Shards, 3)
 	assert.Empty(t, st.Volumes[0].Moves)
+
+	// A volume's hosts: only they may connect, on every node.
+	const h1 = "nqn.2026-12.io.example:h1"
+	_, rerr = call(t, srv, "cluster_volume_set_hosts", map[string]any{"name": "v", "hosts": []string{"not an nqn"}})
+	require.NotNil(t, rerr)
+	_, rerr = call(t, srv, "cluster_volume_set_hosts", map[string]any{"name": "v", "hosts": []string{h1}})
+	require.Nil(t, rerr)
+	dialAs := func(n *testNode, hostNQN string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := host.Dial(ctx, n.addr, host.WithSubsystem(VolumeNQN("v")), host.WithHostNQN(hostNQN))
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	for _, n := range nodes {
+		require.Eventually(t, func() bool { return dialAs(n, "nqn.2026-12.io.example:h2") != nil }, 5*time.Second, 50*time.Millisecond,
+			"%s refuses another host", n.id)
+		require.NoError(t, dialAs(n, h1), "%s lets the volume's host in", n.id)
+	}
+	_, rerr = call(t, srv, "cluster_volume_set_hosts", map[string]any{"name": "v", "hosts": []string{}})
+	require.Nil(t, rerr)
+	require.Eventually(t, func() bool { return dialAs(nodes[1], "nqn.2026-12.io.example:h2") == nil }, 5*time.Second, 50*time.Millisecond,
+		"no hosts: any host")
 
 	res, rerr := call(t, srv, "volume_get_placement", map[string]any{"name": "v"})
 	require.Nil(t, rerr)
