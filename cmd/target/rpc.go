@@ -28,7 +28,9 @@ func rpcCommand() *cli.Command {
 			"  nvmf_subsystem_listener_set_ana_state, nvmf_get_stats, save_config, bdev_malloc_create,\n" +
 			"  bdev_aio_create;\n" +
 			"and capsule's own: volume_create, volume_list, volume_delete, fs_create, store_get_status,\n" +
-			"fs_get_status, ana_set_state (nvmf_subsystem_listener_set_ana_state by another name).\n" +
+			"fs_get_status, ana_set_state (nvmf_subsystem_listener_set_ana_state by another name);\n" +
+			"and on a cluster node (serve --cluster-node): cluster_get_status, node_add, node_remove,\n" +
+			"cluster_volume_create, cluster_volume_set_hosts, cluster_volume_delete, volume_get_placement.\n" +
 			"`target rpc rpc_get_methods` lists them. Every change applies to the running\n" +
 			"target at once and is written to DATA/" + stateFileName + ", which the next start begins from.\n" +
 			"A JSON-RPC error is printed in one line and exits 1.\n\n" +
