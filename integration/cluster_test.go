@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,4 +133,68 @@ func TestClusterThreeNodes(t *testing.T) {
 	out, err = engineFio(t, engine, nodes[next].addr, append(job, nqn, "--verify_only=1")...)
 	require.NoError(t, err, "verify through %s after %s was killed:\n%s", next, head, out)
 	t.Logf("head %s killed; every byte verified through %s", head, next)
+}
+
+// TestClusterSPDK looks at a three-node cluster's volume with SPDK's
+// spdk_nvme_identify and spdk_nvme_perf, a host capsule did not write:
+// any node's discovery log lists the volume on all three nodes (and
+// refers to the others' discovery subsystems) and stays the same while
+// nothing changes; each path has the same serial number and size; the
+// ANA log page says Optimized (1) on the head and Inaccessible (3)
+// elsewhere; and I/O through the head runs.
+func TestClusterSPDK(t *testing.T) {
+	run := spdkRun(t)
+	dir := t.TempDir()
+	n0 := startClusterNode(t, "n0", dir)
+	etcd := strings.Split(field(n0.d.ready, "etcd"), ",")
+	nodes := map[string]*clusterNode{"n0": n0}
+	for _, id := range []string{"n1", "n2"} {
+		nodes[id] = startClusterNode(t, id, dir, etcd...)
+	}
+	n0.rpc(t, "cluster_volume_create", `{"name":"vol","geometry":"2+1","size":67108864}`, nil)
+	head := clusterHead(t, nodes, "vol", "")
+	b, err := exec.Command(filepath.Join(binDir, "target"), "cluster", "status", "-s", n0.sock, "--wait", "--timeout", "60s").CombinedOutput()
+	require.NoError(t, err, "%s", b)
+
+	trid := func(n *clusterNode, nqn string) string {
+		u := strings.TrimPrefix(n.addr, "tcp://")
+		i := strings.LastIndexByte(u, ':')
+		return fmt.Sprintf("trtype:TCP adrfam:IPv4 traddr:%s trsvcid:%s subnqn:%s", u[:i], u[i+1:], nqn)
+	}
+	const volNQN = "nqn.2026-12.io.capsule:volume:vol"
+	genctr := regexp.MustCompile(`Generation Counter:\s+(\d+)`)
+	disc := spdkTool(t, run, "spdk_nvme_identify", "-r", trid(nodes["n1"], "nqn.2014-08.org.nvmexpress.discovery"))
+	for _, n := range nodes {
+		port := n.addr[strings.LastIndexByte(n.addr, ':')+1:]
+		require.Regexp(t, `Transport Service Identifier:\s+`+port+`\s+NVM Subsystem Qualified Name:\s+`+regexp.QuoteMeta(volNQN), disc,
+			"n1's discovery log lists the volume on %s", n.id)
+	}
+	require.Contains(t, disc, "Referral to a discovery service")
+	time.Sleep(2 * time.Second)
+	again := spdkTool(t, run, "spdk_nvme_identify", "-r", trid(nodes["n1"], "nqn.2014-08.org.nvmexpress.discovery"))
+	require.Equal(t, genctr.FindStringSubmatch(disc)[1], genctr.FindStringSubmatch(again)[1],
+		"the discovery log's generation stays while nothing changes")
+
+	serial := regexp.MustCompile(`Serial Number:\s+(\S+)`)
+	var serials []string
+	for id, n := range nodes {
+		out := spdkTool(t, run, "spdk_nvme_identify", "-r", trid(n, volNQN))
+		want := "3"
+		if id == head {
+			want = "1"
+		}
+		require.Regexp(t, `ANA Group ID\s+:\s+1\n(.*\n){0,3}\s+ANA State\s+:\s+`+want+`\n`, out, "the ANA state through %s (head %s)", id, head)
+		require.Regexp(t, `Size \(in LBAs\):\s+16384 `, out)
+		serials = append(serials, serial.FindStringSubmatch(out)[1])
+	}
+	require.Equal(t, serials[0], serials[1])
+	require.Equal(t, serials[0], serials[2])
+
+	out := spdkTool(t, run, "spdk_nvme_perf", "-r", trid(nodes[head], volNQN), "-q", "8", "-o", "4096", "-w", "randrw",
+		"-M", "50", "-t", "2", "-c", "0x2")
+	m := perfIOPS.FindStringSubmatch(out)
+	require.NotNil(t, m, "no Total line:\n%s", out)
+	iops, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	require.Positive(t, iops, out)
 }
