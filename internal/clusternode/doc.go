@@ -117,7 +117,9 @@
 //   - A move makes the volume degraded by one device until it ends;
 //     copying the position while the old device still serves would not.
 //   - A device that fails for good on a live node is rebuilt in place
-//     again and again; drain its node to move the position away.
+//     again, at longer and longer intervals after three rebuilds in an
+//     hour (the head warns each time); drain its node to move the
+//     position away. Nothing drains it by itself.
 //   - A new node can be refused by a peer's internal subsystem for up
 //     to a second, until that peer reads the map again.
 package clusternode

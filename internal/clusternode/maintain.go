@@ -71,6 +71,36 @@ func (n *Node) RebuildTotals() (finished, bytes int64) {
 	return n.rebuildsFinished.Load(), n.rebuiltBytes.Load()
 }
 
+// inPlaceWarn is how many rebuilds in place of one position within an
+// hour make the head warn and back off: a device that fails again each
+// time it is rebuilt is failing for good, and rebuilding it over and
+// over costs the other devices' reads for nothing. After k ≥ 3 of them
+// the next waits 2^(k−2) maintenance periods after the last, at most
+// half an hour.
+const inPlaceWarn = 3
+
+// retries keeps each position's recent rebuilds in place.
+type retries map[int][]time.Time
+
+// note records a rebuild in place of pos at now and returns how many
+// there were within the hour, this one included.
+func (r retries) note(pos int, now time.Time) int {
+	recent := slices.DeleteFunc(r[pos], func(t time.Time) bool { return now.Sub(t) > time.Hour })
+	r[pos] = append(recent, now)
+	return len(r[pos])
+}
+
+// due reports whether pos may be rebuilt in place at now.
+func (r retries) due(pos int, now time.Time, every time.Duration) bool {
+	recent := slices.DeleteFunc(r[pos], func(t time.Time) bool { return now.Sub(t) > time.Hour })
+	r[pos] = recent
+	if len(recent) < inPlaceWarn {
+		return true
+	}
+	wait := every << min(len(recent)-inPlaceWarn+1, 20)
+	return now.Sub(recent[len(recent)-1]) >= min(wait, 30*time.Minute)
+}
+
 // VolumeReport is what a head reports of a volume it serves, in the map
 // (cluster.Head.Report), so that cluster_get_status on any node shows
 // it: its store's health and the rebuild it runs.
@@ -193,6 +223,14 @@ func (n *Node) maintainOnce(ctx context.Context, vs *served) error {
 		}
 		healthy = false
 		if want := v.Shards[pos]; want == vs.have[pos] && live[want.Node] {
+			now := time.Now()
+			if !vs.retries.due(pos, now, n.cfg.MaintainEvery) {
+				continue
+			}
+			if k := vs.retries.note(pos, now); k >= inPlaceWarn {
+				n.log.Warn("cluster: a position keeps failing on its device; drain its node to move it elsewhere",
+					"volume", vs.name, "position", pos, "device", want.String(), "rebuilds_this_hour", k)
+			}
 			return n.fill(ctx, vs, pos, want, nodes)
 		}
 	}

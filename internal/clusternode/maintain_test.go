@@ -145,3 +145,32 @@ func TestClusterMaintenance(t *testing.T) {
 	volumeIO(t, ctx, head, 0, nil, data)
 	require.NoError(t, head.cli.RemoveNode(ctx, drained))
 }
+
+// TestRetries: a position rebuilt in place three times within the hour
+// waits 2, 4, 8, … maintenance periods before the next, at most half an
+// hour; an hour later it starts afresh.
+func TestRetries(t *testing.T) {
+	r := retries{}
+	t0 := time.Unix(1_800_000_000, 0)
+	every := 2 * time.Second
+	for i := range 3 {
+		now := t0.Add(time.Duration(i) * every)
+		require.True(t, r.due(1, now, every))
+		require.Equal(t, i+1, r.note(1, now))
+	}
+	last := t0.Add(2 * every)
+	require.False(t, r.due(1, last.Add(every), every))
+	require.True(t, r.due(1, last.Add(2*every), every))
+	require.Equal(t, 4, r.note(1, last.Add(2*every)))
+	last = last.Add(2 * every)
+	require.False(t, r.due(1, last.Add(3*every), every))
+	require.True(t, r.due(1, last.Add(4*every), every))
+	require.True(t, r.due(2, last, every), "another position is not held back")
+	for range 30 {
+		r.note(1, last)
+	}
+	require.False(t, r.due(1, last.Add(29*time.Minute), every))
+	require.True(t, r.due(1, last.Add(30*time.Minute), every), "at most half an hour")
+	require.True(t, r.due(1, last.Add(61*time.Minute), every))
+	require.Equal(t, 1, r.note(1, last.Add(61*time.Minute)), "an hour later it starts afresh")
+}

@@ -105,6 +105,9 @@ type served struct {
 
 	mu      sync.Mutex // guards rebuild, and have's and fss's changes
 	rebuild *RebuildStatus
+	// retries are the recent rebuilds in place, by position; only the
+	// maintenance goroutine uses them.
+	retries retries
 }
 
 // Start exports the devices, joins the map and begins campaigning for
@@ -348,7 +351,7 @@ func (n *Node) serve(ctx context.Context, name string, h *cluster.Head) (err err
 	n.setANA(ex.sub, nvmeof.ANAOptimized)
 	n.log.Info("cluster: serving volume", "volume", name, "epoch", h.Epoch)
 	n.mu.Lock()
-	vs := &served{name: name, head: h, store: store, have: slices.Clone(v.Shards), fss: fss}
+	vs := &served{name: name, head: h, store: store, have: slices.Clone(v.Shards), fss: fss, retries: retries{}}
 	n.served[name] = vs
 	n.mu.Unlock()
 	mctx, stopMaintain := context.WithCancel(ctx)
