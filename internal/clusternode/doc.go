@@ -26,8 +26,9 @@
 // node is up, and by the next one within about a TTL when it is not.
 // The node that gets the head lease (cluster.Head) opens the volume's
 // chunk store on the K+M devices the map places it on, each through its
-// node's device service (this node's own devices too, through its own
-// target, so that every change passes the device's fence), with the
+// node's device service (over NVMe-oF; this node's own devices through
+// their device services directly, devsvc.NewLocal, so that every change
+// passes the device's fence all the same), with the
 // metadata replicas as meta.log (chunkstore.WithMetaLog: a device
 // service has no host path). It creates the store on first use and
 // serves the store's volume "data"; when the lease is lost it stops: the

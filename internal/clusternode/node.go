@@ -72,6 +72,9 @@ type Node struct {
 	log    *slog.Logger
 	member *cluster.Member
 	sub    *target.Subsystem
+	// servers are the device services of this node's devices, by device
+	// ID: the head reaches its own devices through them directly.
+	servers map[string]*devsvc.Server
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -129,7 +132,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.MaintainEvery = 2 * time.Second
 	}
 	n := &Node{cfg: cfg, log: cfg.Log, ctrls: map[string]*host.Controller{}, served: map[string]*served{},
-		exports: map[string]*export{}}
+		exports: map[string]*export{}, servers: map[string]*devsvc.Server{}}
 	me := cluster.Node{ID: cfg.ID, Domain: cfg.Domain, Addrs: cfg.Addrs, HostNQN: HostNQN(cfg.ID), State: cluster.Active}
 	sub, err := cfg.Target.AddSubsystem(target.SubsystemConfig{NQN: InternalNQN(cfg.ID)})
 	if err != nil {
@@ -146,6 +149,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		me.Devices = append(me.Devices, cluster.Device{ID: d.ID, Capacity: st.Blocks * uint64(st.Bsize)})
 		srv := devsvc.NewServer(vfs.NewOS(d.Dir), cfg.Log)
+		n.servers[d.ID] = srv
 		if _, err := sub.AddNamespace(target.NamespaceConfig{NSID: uint32(i + 1), Vendor: srv}); err != nil {
 			return nil, err
 		}
@@ -395,9 +399,20 @@ func (n *Node) release(h *cluster.Head) {
 }
 
 // deviceFS reaches volume vol's directory on device ref: through the
-// device's node's internal subsystem, this node's own included, so that
+// device's node's internal subsystem, or for this node's own devices
+// through their device services directly (devsvc.NewLocal); either way
 // every change passes the device's fence.
 func (n *Node) deviceFS(ctx context.Context, nodes []cluster.Node, ref cluster.DeviceRef, vol string, epoch func() uint64) vfs.FS {
+	if srv := n.servers[ref.Device]; ref.Node == n.cfg.ID && srv != nil {
+		f, err := devsvc.NewLocal(srv, vol, devsvc.WithEpoch(epoch))
+		if err != nil {
+			return missing(ref.String())
+		}
+		if err := f.MkdirAll("."); err != nil {
+			n.log.Warn("cluster: device unusable", "device", ref.String(), "err", err)
+		}
+		return f
+	}
 	i := slices.IndexFunc(nodes, func(p cluster.Node) bool { return p.ID == ref.Node })
 	if i < 0 {
 		return missing(fmt.Sprintf("%s (not in the map)", ref))

@@ -88,6 +88,42 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestLocal: NewLocal's FS passes the conformance suite on a server in
+// this process, and a local head's changes meet the fence as a remote
+// one's do: a newer epoch through the network refuses the older local
+// one.
+func TestLocal(t *testing.T) {
+	dir := t.TempDir()
+	srv := NewServer(vfs.NewOS(dir), nil)
+	t.Cleanup(func() { srv.Close() })
+	vfstest.Conformance(t, func(t *testing.T) vfs.FS {
+		f, err := NewLocal(srv, fmt.Sprintf("vol%d", volSeq.Add(1)))
+		require.NoError(t, err)
+		require.NoError(t, f.MkdirAll("."))
+		return f
+	})
+
+	var old atomic.Uint64
+	old.Store(5)
+	a, err := NewLocal(srv, "fenced", WithEpoch(old.Load))
+	require.NoError(t, err)
+	require.NoError(t, a.MkdirAll("."))
+	fa, err := a.OpenFile("f", os.O_RDWR|os.O_CREATE)
+	require.NoError(t, err)
+	defer fa.Close()
+	_, err = fa.WriteAt([]byte("old"), 0)
+	require.NoError(t, err)
+	b, err := NewLocal(srv, "fenced", WithEpoch(func() uint64 { return 7 }))
+	require.NoError(t, err)
+	require.NoError(t, b.MkdirAll("."))
+	_, err = fa.WriteAt([]byte("late"), 0)
+	require.ErrorIs(t, err, ErrStaleEpoch)
+	got := make([]byte, 3)
+	require.NoError(t, vfs.ReadFull(fa, got, 0), "reads are not fenced")
+	assert.Equal(t, "old", string(got))
+	assert.Contains(t, a.String(), "local")
+}
+
 // TestLargeIO: reads and writes larger than one command are split, and a
 // read past the end is short with io.EOF.
 func TestLargeIO(t *testing.T) {
