@@ -21,9 +21,10 @@ import (
 // testNQN is the subsystem startTarget serves.
 const testNQN = "nqn.2026-12.io.capsule:fio-engine-test"
 
-// startTarget serves a 16 MiB memory namespace (4 KiB blocks) at url in
-// this process and returns the address it listens on.
-func startTarget(t *testing.T, url string) string {
+// startTarget serves a 16 MiB memory namespace (4 KiB blocks) at each
+// url in this process and returns the addresses it listens on, and its
+// subsystem.
+func startTarget(t *testing.T, urls ...string) ([]string, *target.Subsystem) {
 	t.Helper()
 	tgt, err := target.New()
 	require.NoError(t, err)
@@ -36,9 +37,13 @@ func startTarget(t *testing.T, url string) string {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	addr, err := tgt.Listen(ctx, url)
-	require.NoError(t, err)
-	return addr
+	var addrs []string
+	for _, url := range urls {
+		addr, err := tgt.Listen(ctx, url)
+		require.NoError(t, err)
+		addrs = append(addrs, addr)
+	}
+	return addrs, sub
 }
 
 // reap waits for n completions of j and returns them by tag.
@@ -58,7 +63,8 @@ func reap(t *testing.T, j *job, n int) map[uint64]completion {
 func TestJob(t *testing.T) {
 	for _, url := range []string{fmt.Sprintf("shm://fio-job-%d", os.Getpid()), "iwarp://127.0.0.1:0", "tcp://127.0.0.1:0"} {
 		t.Run(url[:3], func(t *testing.T) {
-			addr := startTarget(t, url)
+			addrs, _ := startTarget(t, url)
+			addr := addrs[0]
 			const depth = 8
 			j, err := openJob(context.Background(), jobConfig{URI: addr, Depth: depth, MaxBlock: 64 << 10})
 			require.NoError(t, err)
@@ -148,7 +154,8 @@ func TestOpenJobErrors(t *testing.T) {
 // TestOpenJobNQN: --nqn picks the subsystem; one the target does not
 // serve fails the job with a message that names the ones it serves.
 func TestOpenJobNQN(t *testing.T) {
-	addr := startTarget(t, "tcp://127.0.0.1:0")
+	addrs, _ := startTarget(t, "tcp://127.0.0.1:0")
+	addr := addrs[0]
 	j, err := openJob(context.Background(), jobConfig{URI: addr, NQN: testNQN, Depth: 1, MaxBlock: 4096})
 	require.NoError(t, err)
 	assert.Equal(t, testNQN, j.info().Identify.SUBNQN)
@@ -170,7 +177,8 @@ func TestJobNoAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on synchronization")
 	}
-	addr := startTarget(t, fmt.Sprintf("shm://fio-job-alloc-%d", os.Getpid()))
+	addrs, _ := startTarget(t, fmt.Sprintf("shm://fio-job-alloc-%d", os.Getpid()))
+	addr := addrs[0]
 	const depth = 8
 	j, err := openJob(context.Background(), jobConfig{URI: addr, Depth: depth, MaxBlock: 4096})
 	require.NoError(t, err)
@@ -212,26 +220,12 @@ func TestJobNoAllocations(t *testing.T) {
 // Inaccessible: the job's writes and reads go through the second, from
 // memory outside the Go heap; without --nqn it is refused.
 func TestJobMultipath(t *testing.T) {
-	tgt, err := target.New()
-	require.NoError(t, err)
-	t.Cleanup(func() { tgt.Close() })
-	sub, err := tgt.AddSubsystem(target.SubsystemConfig{NQN: testNQN, AllowAnyHost: true})
-	require.NoError(t, err)
-	dev, err := blockdev.NewMemory(16 << 20)
-	require.NoError(t, err)
-	_, err = sub.AddNamespace(target.NamespaceConfig{NSID: 1, Device: dev, BlockSize: 4096})
-	require.NoError(t, err)
+	urls, sub := startTarget(t, "tcp://127.0.0.1:0", "tcp://127.0.0.2:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var urls []string
-	for _, u := range []string{"tcp://127.0.0.1:0", "tcp://127.0.0.2:0"} {
-		addr, err := tgt.Listen(ctx, u)
-		require.NoError(t, err)
-		urls = append(urls, addr)
-	}
 	require.NoError(t, sub.SetANAState(urls[0], 0, nvmeof.ANAInaccessible))
 	uri := urls[0] + "," + urls[1]
-	_, err = openJob(ctx, jobConfig{URI: uri, Depth: 4, MaxBlock: 4096})
+	_, err := openJob(ctx, jobConfig{URI: uri, Depth: 4, MaxBlock: 4096})
 	require.ErrorContains(t, err, "needs --nqn")
 
 	j, err := openJob(ctx, jobConfig{URI: uri, NQN: testNQN, Depth: 4, MaxBlock: 4096})

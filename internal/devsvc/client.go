@@ -438,6 +438,16 @@ func gather(n int) ([]byte, *[]byte) {
 	return (*bp)[:n], bp
 }
 
+// scatter copies b into bufs in order, as far as it goes.
+func scatter(bufs [][]byte, b []byte) {
+	for _, dst := range bufs {
+		if len(b) == 0 {
+			return
+		}
+		b = b[copy(dst, b):]
+	}
+}
+
 // vecLen is the bytes of bufs, and whether they fit one command.
 func (f *file) vecLen(bufs [][]byte) (int, bool) {
 	n := 0
@@ -457,13 +467,7 @@ func (f *file) ReadAtv(bufs [][]byte, off int64) (int, error) {
 	b, bp := gather(n)
 	defer scratch.Put(bp)
 	got, err := f.ReadAt(b, off)
-	done := 0
-	for _, dst := range bufs {
-		if done >= got {
-			break
-		}
-		done += copy(dst, b[done:got])
-	}
+	scatter(bufs, b[:got])
 	return got, err
 }
 
@@ -497,13 +501,7 @@ func (f *file) ReadRanges(bufs [][]byte, offs []int64) (int, error) {
 	if err != nil {
 		return 0, f.pathErr("read", err)
 	}
-	done := 0
-	for _, dst := range bufs {
-		if done >= got {
-			break
-		}
-		done += copy(dst, b[done:got])
-	}
+	scatter(bufs, b[:got])
 	if got < n {
 		return got, io.EOF
 	}
