@@ -121,8 +121,6 @@ func BenchmarkClusterRandRead(b *testing.B) {
 		require.NoError(b, err)
 	}
 	require.NoError(b, ns.Flush())
-	before := head.node.ShardIO()
-	_ = before
 	b.SetBytes(block)
 	b.ResetTimer()
 	run(b, 32, func(buf []byte, i int) error {
