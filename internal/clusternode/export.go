@@ -191,19 +191,13 @@ func (n *Node) export(v cluster.Volume) (*export, error) {
 }
 
 // applyHosts makes sub's allow-list hosts, or any host when there are
-// none, changing only what differs (each change is a discovery log
-// change).
+// none. The subsystem changes (and tells) only what differs.
 func applyHosts(sub *target.Subsystem, hosts []string) {
-	if anyHost := len(hosts) == 0; sub.AllowAnyHost() != anyHost {
-		sub.SetAllowAnyHost(anyHost)
-	}
-	have := sub.Hosts()
+	sub.SetAllowAnyHost(len(hosts) == 0)
 	for _, h := range hosts {
-		if !slices.Contains(have, h) {
-			_ = sub.AllowHost(h) // checked by the map
-		}
+		_ = sub.AllowHost(h) // checked by the map
 	}
-	for _, h := range have {
+	for _, h := range sub.Hosts() {
 		if !slices.Contains(hosts, h) {
 			sub.DisallowHost(h)
 		}

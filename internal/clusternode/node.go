@@ -180,18 +180,11 @@ func (n *Node) allowPeers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Only what is new: each change is a discovery log change, which
-	// discovery controllers are told of.
-	have := n.sub.Hosts()
-	want := []string{HostNQN(n.cfg.ID)}
+	// A host already allowed changes nothing (no discovery log change).
+	_ = n.sub.AllowHost(HostNQN(n.cfg.ID))
 	for _, p := range nodes {
 		if p.HostNQN != "" {
-			want = append(want, p.HostNQN)
-		}
-	}
-	for _, h := range want {
-		if !slices.Contains(have, h) {
-			_ = n.sub.AllowHost(h)
+			_ = n.sub.AllowHost(p.HostNQN)
 		}
 	}
 	return nil

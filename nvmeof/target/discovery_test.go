@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,7 +126,13 @@ func TestDiscovery(t *testing.T) {
 			require.NoError(t, q.setFeature(nvmeof.FeatureAsyncEventConfig, uint32(nvmeof.AECDiscoveryLogPageChange)).cqe.Status.Err())
 			aer := nvmeof.Command{Opcode: nvmeof.AdminAsyncEventRequest, CID: q.cid()}
 			q.submit(&aer, nil)
-			require.NoError(t, open.AllowHost(otherHost)) // any change to what the log says
+			// Any change to what the log says; each subtest makes one
+			// (setting what is already set changes nothing).
+			if slices.Contains(open.Hosts(), otherHost) {
+				open.DisallowHost(otherHost)
+			} else {
+				require.NoError(t, open.AllowHost(otherHost))
+			}
 			ev := nvmeof.ParseAsyncEvent(q.wait(aer.CID).cqe.DW0)
 			assert.Equal(t, nvmeof.NoticeDiscoveryLogPageChange, ev.Info)
 			assert.Equal(t, nvmeof.LogDiscovery, ev.LogPage)
@@ -196,9 +203,13 @@ func TestDiscoveryRemoteEntries(t *testing.T) {
 
 	gen := log.GenCtr
 	require.NoError(t, tg.SetRemoteEntries(remote))
+	theirs := tg.Subsystem("nqn.2026-11.io.capsule:theirs")
+	require.NoError(t, theirs.AllowHost(otherHost)) // allowed already
+	theirs.DisallowHost(testHostNQN)                // never allowed
+	theirs.SetAllowAnyHost(false)                   // so already
 	h, err := nvmeof.ParseDiscoveryLogHeader(q.getLogPage(nvmeof.LogDiscovery, 0, 0, 1024))
 	require.NoError(t, err)
-	assert.Equal(t, gen, h.GenCtr, "the same entries again change nothing")
+	assert.Equal(t, gen, h.GenCtr, "the same entries, hosts and setting again change nothing")
 
 	assert.Error(t, tg.SetRemoteEntries([]RemoteEntry{{NQN: "nqn.2026-11.io.capsule:vol", URL: "smoke://x"}}))
 	assert.Error(t, tg.SetRemoteEntries([]RemoteEntry{{NQN: "", URL: "tcp://10.0.0.2:4420"}}))

@@ -132,15 +132,21 @@ func (s *Subsystem) NQN() string { return s.nqn }
 // SerialNumber returns SN of the subsystem's controllers.
 func (s *Subsystem) SerialNumber() string { return s.serial }
 
-// AllowHost adds a host NQN to the allow-list.
+// AllowHost adds a host NQN to the allow-list. Like DisallowHost and
+// SetAllowAnyHost, it changes the discovery log (and tells the discovery
+// controllers) only when it changes the list: callers may apply a whole
+// list again and again.
 func (s *Subsystem) AllowHost(hostNQN string) error {
 	if err := nvmeof.ValidateNQN(hostNQN); err != nil {
 		return fmt.Errorf("%w: host %q", ErrInvalidNQN, hostNQN)
 	}
 	s.mu.Lock()
+	_, had := s.hosts[hostNQN]
 	s.hosts[hostNQN] = struct{}{}
 	s.mu.Unlock()
-	s.t.discoveryChanged()
+	if !had {
+		s.t.discoveryChanged()
+	}
 	return nil
 }
 
@@ -148,17 +154,23 @@ func (s *Subsystem) AllowHost(hostNQN string) error {
 // host already has keep running.
 func (s *Subsystem) DisallowHost(hostNQN string) {
 	s.mu.Lock()
+	_, had := s.hosts[hostNQN]
 	delete(s.hosts, hostNQN)
 	s.mu.Unlock()
-	s.t.discoveryChanged()
+	if had {
+		s.t.discoveryChanged()
+	}
 }
 
 // SetAllowAnyHost sets whether any host may connect.
 func (s *Subsystem) SetAllowAnyHost(on bool) {
 	s.mu.Lock()
+	changed := s.allowAny != on
 	s.allowAny = on
 	s.mu.Unlock()
-	s.t.discoveryChanged()
+	if changed {
+		s.t.discoveryChanged()
+	}
 }
 
 // AllowListener lets the listener at url (as Target.Listen returned it)
