@@ -25,8 +25,10 @@ type hdrBuf struct {
 	b    [shardHeaderRegion]byte
 	crcs [MaxStripeUnit / SectorSize]uint32
 	// iov is readShardRange's preadv vector (header region, payload),
-	// kept here so that building it allocates nothing.
-	iov [2][]byte
+	// and offs their offsets for a RangeReader, kept here so that
+	// building them allocates nothing.
+	iov  [2][]byte
+	offs [2]int64
 }
 
 func (p *bufferPool) init(unit, k int) {
@@ -470,7 +472,8 @@ func (s *Store) readShardRange(key stripeKey, ext extent, i, a, b int, dst []byt
 		// A remote device: the header and the range in one round trip.
 		h.iov[0], h.iov[1] = h.b[:hn], dst
 		var n int
-		n, rerr = rr.ReadRanges(h.iov[:], []int64{off, off + shardHeaderRegion + int64(a)})
+		h.offs[0], h.offs[1] = off, off+shardHeaderRegion+int64(a)
+		n, rerr = rr.ReadRanges(h.iov[:], h.offs[:])
 		d.readBytes.Add(int64(n))
 		h.iov[1] = nil
 		ranged = true

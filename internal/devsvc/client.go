@@ -488,16 +488,17 @@ func (f *file) ReadRanges(bufs [][]byte, offs []int64) (int, error) {
 		}
 		return done, nil
 	}
-	rs := make([]Range, len(bufs))
-	for i, b := range bufs {
+	// One scratch buffer: the reply, then the request.
+	b, bp := gather(n + len(bufs)*RangeSize)
+	defer scratch.Put(bp)
+	req := b[n:n]
+	for i, buf := range bufs {
 		if offs[i] < 0 {
 			return 0, f.pathErr("read", syscall.EINVAL)
 		}
-		rs[i] = Range{Off: offs[i], Len: len(b)}
+		req = appendRange(req, offs[i], len(buf))
 	}
-	b, bp := gather(n)
-	defer scratch.Put(bp)
-	got, err := f.cmd(&call{op: OpReadRanges, in: AppendRanges(nil, rs), out: b})
+	got, err := f.cmd(&call{op: OpReadRanges, in: req, out: b[:n]})
 	if err != nil {
 		return 0, f.pathErr("read", err)
 	}

@@ -50,21 +50,25 @@ type Range struct {
 // AppendRanges appends the request bytes of rs to b.
 func AppendRanges(b []byte, rs []Range) []byte {
 	for _, r := range rs {
-		b = binary.LittleEndian.AppendUint64(b, uint64(r.Off))
-		b = binary.LittleEndian.AppendUint32(b, uint32(r.Len))
-		b = binary.LittleEndian.AppendUint32(b, 0)
+		b = appendRange(b, r.Off, r.Len)
 	}
 	return b
 }
 
-// ParseRanges reads a READRANGES request: whole ranges, at least one and
-// at most MaxRanges, each with an offset below 2^62, a length of at most
-// MaxRangeLen and its reserved bytes zero.
-func ParseRanges(b []byte) ([]Range, error) {
+func appendRange(b []byte, off int64, n int) []byte {
+	b = binary.LittleEndian.AppendUint64(b, uint64(off))
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	return binary.LittleEndian.AppendUint32(b, 0)
+}
+
+// ParseRanges reads a READRANGES request, appending its ranges to dst:
+// whole ranges, at least one and at most MaxRanges, each with an offset
+// below 2^62, a length of at most MaxRangeLen and its reserved bytes zero.
+func ParseRanges(dst []Range, b []byte) ([]Range, error) {
 	if len(b) == 0 || len(b)%RangeSize != 0 || len(b)/RangeSize > MaxRanges {
 		return nil, fmt.Errorf("devsvc: a READRANGES request of %d bytes", len(b))
 	}
-	out := make([]Range, 0, len(b)/RangeSize)
+	out := dst
 	for ; len(b) > 0; b = b[RangeSize:] {
 		off := binary.LittleEndian.Uint64(b)
 		n := binary.LittleEndian.Uint32(b[8:])

@@ -118,7 +118,7 @@ func FuzzRanges(f *testing.F) {
 	f.Add(hextest.MustDecode("0010000000000000 00100000 00000000")) // 4096 bytes at 4096
 	f.Add(hextest.MustDecode("0000000000000000 00100000 01000000")) // reserved bytes set: refused
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rs, err := ParseRanges(b)
+		rs, err := ParseRanges(nil, b)
 		if err != nil {
 			return
 		}

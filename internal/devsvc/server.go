@@ -268,7 +268,8 @@ func (s *Server) execute(c *target.VendorCommand) (int, error) {
 		}
 		return n, err
 	case OpReadRanges:
-		rs, err := ParseRanges(c.Payload)
+		var buf [MaxRanges]Range
+		rs, err := ParseRanges(buf[:0], c.Payload)
 		if err != nil {
 			return 0, syscall.EINVAL
 		}
