@@ -151,9 +151,13 @@
 // latest version is in the open stripe is overwritten there instead), and
 // points the owner's map at them; the summary gains a run, or extends the
 // last one. A full stripe is sealed: encoded once (K data shards, M parity,
-// a CRC32C per sector) and written by a goroutine of its own, one pwritev
-// per device (header region and payload), while the next stripe fills; at
-// most eight are in flight. Reads of sectors in a stripe still in memory
+// a CRC32C per sector) and written while the next stripe fills, at most
+// eight in flight. Two log writers take the sealed stripes in batches
+// (every stripe sealed while a writer was busy), each run of consecutive
+// slots in one pwritev per device (header regions and payloads): the
+// buffered writes of one file serialise on its inode lock, and a 1 MiB
+// host write seals four stripes, so one pwritev each instead of four
+// halves the CPU per byte. Reads of sectors in a stripe still in memory
 // are served from memory. A partly written sector is read, merged and
 // appended whole, under a per-sector lock. Writes are durable after the
 // next Sync (a volatile write cache, VWC=1), or at once with FUA.

@@ -178,12 +178,46 @@ func (s *Store) takeRuns() []sumRun {
 // otherwise. lmu is held.
 func (s *Store) sealLocked() {
 	if o := s.sealOpenLocked(); o != nil {
-		go s.writeLog(o)
+		s.logQ = append(s.logQ, o)
+		if s.logWriters < maxLogWriters {
+			s.logWriters++
+			go s.logWriter()
+		}
 	}
 }
 
+// maxLogWriters bounds the goroutines writing sealed log stripes. Each
+// takes every stripe sealed while it was busy (up to maxBatch) and writes
+// them as one batch: one pwritev per device for each run of consecutive
+// slots, not one per stripe. File systems serialise the buffered writes of
+// one file (ext4 takes the inode's lock for each), so more writers than
+// this only queue on that lock, and each handoff is a sleep and a wake.
+const maxLogWriters = 2
+
+// logWriter writes the sealed stripes of logQ in batches until it is
+// empty.
+func (s *Store) logWriter() {
+	var arr [maxBatch]*logStripe
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	for len(s.logQ) > 0 {
+		batch := arr[:copy(arr[:], s.logQ)]
+		n := copy(s.logQ, s.logQ[len(batch):])
+		clear(s.logQ[n:])
+		s.logQ = s.logQ[:n]
+		s.lmu.Unlock()
+		err := s.writeLogStripes(batch)
+		s.lmu.Lock()
+		for _, o := range batch {
+			s.finishLocked(o, err)
+		}
+		clear(batch)
+	}
+	s.logWriters--
+}
+
 // sealOpenLocked closes the open stripe, if it holds anything, and returns
-// it for the caller to write (writeLog, or writeLogStripe and
+// it for the caller to write (logWriter, or writeLogStripe and
 // finishLocked): it counts as in flight. lmu is held.
 func (s *Store) sealOpenLocked() *logStripe {
 	o := s.open
@@ -217,24 +251,28 @@ func (s *Store) sealOpenLocked() *logStripe {
 	return o
 }
 
-// writeLog writes a sealed stripe and makes its slot point at the disk.
-func (s *Store) writeLog(o *logStripe) {
-	err := s.writeLogStripe(o)
-	s.lmu.Lock()
-	defer s.lmu.Unlock()
-	s.finishLocked(o, err)
+// writeLogStripe writes one sealed stripe (the flush's own).
+func (s *Store) writeLogStripe(o *logStripe) error {
+	return s.writeLogStripes([]*logStripe{o})
 }
 
-func (s *Store) writeLogStripe(o *logStripe) error {
+// writeLogStripes writes sealed stripes as one batch (writeStripesAt).
+func (s *Store) writeLogStripes(batch []*logStripe) error {
 	k := s.geo.Data
-	data := make([][]byte, k)
-	for j := range data {
-		data[j] = (*o.buf)[j*o.shardLen : (j+1)*o.shardLen]
+	ws := make([]stripeWrite, len(batch))
+	exts := make([]extent, len(batch))
+	for i, o := range batch {
+		data := make([][]byte, k)
+		for j := range data {
+			data[j] = (*o.buf)[j*o.shardLen : (j+1)*o.shardLen]
+		}
+		ws[i] = stripeWrite{key: stripeKey{Owner: logOwner, Index: o.slot}, data: data, summary: o.runs}
+		exts[i] = extent{Slot: o.slot, Gen: o.gen, ShardLen: o.shardLen, Zero: s.zeroShards(ws[i].key, o.shardLen, o.n)}
 	}
-	ws := []stripeWrite{{key: stripeKey{Owner: logOwner, Index: o.slot}, data: data, summary: o.runs}}
-	exts := []extent{{Slot: o.slot, Gen: o.gen, ShardLen: o.shardLen, Zero: s.zeroShards(ws[0].key, o.shardLen, o.n)}}
 	err := s.writeStripesAt(ws, exts)
-	o.lost = exts[0].Missing
+	for i, o := range batch {
+		o.lost = exts[i].Missing
+	}
 	return err
 }
 

@@ -160,15 +160,17 @@ type Store struct {
 	unwritten   map[uint64]*logStripe // sealed and being written, by seq
 	failed      map[uint64]*logStripe // sealed, the write failed, by seq
 	inflight    int
-	nextSeq     uint64   // seq of the newest stripe opened
-	sealed      uint64   // seq of the newest stripe sealed
-	resv        []uint64 // reserved slots, the next one first
-	resvSize    int      // how many a checkpoint reserves
-	resvHead    int      // how many of them the log may use while the next checkpoint is written
-	pops        uint64   // slots taken from the reservation since Open
-	resvLimit   uint64   // pops the last committed reservation covers
-	ckptErr     error    // the last checkpoint's failure, nil after one completes
-	ckptFails   uint64   // checkpoints failed, for writers waiting for room
+	logQ        []*logStripe // sealed, waiting for a log writer (logWriter)
+	logWriters  int          // logWriter goroutines running
+	nextSeq     uint64       // seq of the newest stripe opened
+	sealed      uint64       // seq of the newest stripe sealed
+	resv        []uint64     // reserved slots, the next one first
+	resvSize    int          // how many a checkpoint reserves
+	resvHead    int          // how many of them the log may use while the next checkpoint is written
+	pops        uint64       // slots taken from the reservation since Open
+	resvLimit   uint64       // pops the last committed reservation covers
+	ckptErr     error        // the last checkpoint's failure, nil after one completes
+	ckptFails   uint64       // checkpoints failed, for writers waiting for room
 	dirtySlots  map[uint64]struct{}
 	unsynced    []uint64 // slots written since the last fsync of every device
 	liveTotal   int64    // sectors the maps point at
