@@ -14,8 +14,12 @@ const resvBytes = 1 << 30
 const maxResv = 4096
 
 // resvHeadMin is the least the log may use of its reservation while a
-// checkpoint is being written: a quarter of it (Store.resvHead), so that
-// a checkpoint's fsync of what the log wrote does not stall the writers.
+// checkpoint is being written. It may use half of it (Store.resvHead):
+// all that is left when the background committer starts a checkpoint,
+// so that the checkpoint's fsync of what the log wrote (up to half a
+// reservation, which the page cache may hold unwritten until then) does
+// not stall the writers. With a quarter, 1 MiB writes through a target
+// waited for every checkpoint and ran 15-20 % slower.
 const resvHeadMin = 2 * maxInflight
 
 // coldScan bounds the free slots a checkpoint examines for blocks when a

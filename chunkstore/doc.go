@@ -255,8 +255,9 @@
 //     (and the write epoch it covers):
 //     the changed map pages, the slot records of stripes written, the
 //     slots released, the chunk records, and a new log reservation (the
-//     next 16 slots of the current one, which the log may use until this
-//     checkpoint completes, then the lowest free slots), with LogGen,
+//     next slots of the current one, up to half a reservation, which the
+//     log may use until this checkpoint completes, then the lowest free
+//     slots), with LogGen,
 //     the last generation handed out;
 //  2. wait until every stripe sealed so far is written, then fsync the
 //     shard file of every writable device; a device whose fsync fails is

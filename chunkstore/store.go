@@ -425,7 +425,7 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 	s.bufs.init(s.unit, s.geo.Data)
 	s.maxRuns = maxSummaryRuns(s.unit)
 	s.resvSize = min(max(resvBytes/s.stripeBytes(), 64), maxResv)
-	s.resvHead = max(s.resvSize/4, resvHeadMin)
+	s.resvHead = max(s.resvSize/2, resvHeadMin)
 
 	st, err := s.openReplicas(ids, idErr, &soft)
 	if err != nil {
