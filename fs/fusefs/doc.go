@@ -11,7 +11,10 @@
 // inode number with a new generation is a new node. The root is RootIno.
 // With the writeback cache, Gen also carries the incarnation of a file
 // that another client changed ("Writes"), so one inode number can have
-// several nodes, each a kernel inode of its own.
+// several nodes, each a kernel inode of its own. The mount keeps an
+// incarnation and a count of its own writes per inode number only while
+// the kernel holds a node of it (OnForget drops them), so they do not
+// grow with every file a long-lived mount has seen.
 //
 // # Access
 //
@@ -181,6 +184,6 @@
 //
 // go-fuse runs requests in parallel; a node's own state (the data
 // version seen at the last open, its count of open files) is behind its
-// mutex, the incarnations behind the mount's, and an open directory is
-// only used by one request at a time.
+// mutex, the incarnations and write counts behind the mount's, and an
+// open directory is only used by one request at a time.
 package fusefs

@@ -78,12 +78,18 @@ const DefaultMaxReadAhead = 1 << 20
 // caller unmounts with Unmount and waits for the end with Wait (which
 // also returns after `fusermount3 -u`).
 func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.Server, error) {
+	server, _, err := mount(ctx, c, mountpoint, o)
+	return server, err
+}
+
+// mount is Mount, also returning the mount's state for tests.
+func mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.Server, *fileSystem, error) {
 	root, err := c.GetAttr(ctx, RootIno)
 	if err != nil {
-		return nil, fmt.Errorf("fusefs: the root directory: %w", err)
+		return nil, nil, fmt.Errorf("fusefs: the root directory: %w", err)
 	}
 	if root.Mode&syscall.S_IFMT != syscall.S_IFDIR {
-		return nil, fmt.Errorf("fusefs: the root inode is not a directory (mode %#o)", root.Mode)
+		return nil, nil, fmt.Errorf("fusefs: the root inode is not a directory (mode %#o)", root.Mode)
 	}
 	attr, entry := o.AttrTimeout, o.EntryTimeout
 	var zero time.Duration
@@ -138,19 +144,19 @@ func Mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 	}
 	server, err := fs.Mount(mountpoint, n, opts)
 	if err != nil {
-		return nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
+		return nil, nil, fmt.Errorf("fusefs: mount %s: %w", mountpoint, err)
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(mountpoint, &st); err != nil {
 		server.Unmount()
-		return nil, fmt.Errorf("fusefs: %s is mounted but does not answer: %w", mountpoint, err)
+		return nil, nil, fmt.Errorf("fusefs: %s is mounted but does not answer: %w", mountpoint, err)
 	}
 	if readAhead > kernelReadAhead {
 		if err := setReadAhead(st.Dev, readAhead); err != nil && o.Logger != nil {
 			o.Logger.Printf("fusefs: read-ahead stays at %d KiB: %v", kernelReadAhead>>10, err)
 		}
 	}
-	return server, nil
+	return server, fsys, nil
 }
 
 // kernelReadAhead is the most read-ahead a FUSE mount asks for at INIT

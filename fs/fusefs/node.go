@@ -35,9 +35,10 @@ type fileSystem struct {
 	// writeback: the kernel's writeback cache is on
 	// (Options.WritebackCache; writeback.go).
 	writeback bool
-	incMu     sync.Mutex     // guards inc and written
+	incMu     sync.Mutex     // guards inc, written, nodes and every node's kept
 	inc       map[Ino]uint64 // the current incarnation of inode numbers retired at least once
 	written   map[Ino]uint64 // this mount's changes of a file's data, by inode (writeback.go, wrote)
+	nodes     map[Ino]int    // the nodes go-fuse keeps of each inode number (writeback.go, keep)
 	// wbBytes is the bytes of write-behind buffers taken (writebehind.go).
 	wbBytes atomic.Int64
 }
@@ -52,6 +53,9 @@ type node struct {
 
 	// inc is the incarnation of ino the node belongs to (writeback.go).
 	inc uint64
+	// kept: go-fuse kept this node, and fsys.nodes counts it until
+	// OnForget. Guarded by fsys.incMu.
+	kept bool
 
 	mu sync.Mutex // guards seen, seenValid, opens, openedOnce and changes
 	// seen is the data-relevant part of the attributes at the last open
@@ -298,7 +302,11 @@ func (n *node) newNode(ctx context.Context, a *Attr) *fs.Inode {
 	if n.fsys.writeback {
 		made.seen, made.seenValid, made.seenAt = versionOf(a), true, n.fsys.writes(a.Ino)
 	}
-	return n.NewInode(ctx, made, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: gen})
+	ch := n.NewInode(ctx, made, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino), Gen: gen})
+	if k, ok := ch.Operations().(*node); ok {
+		n.fsys.keep(k)
+	}
+	return ch
 }
 
 // childNode returns the node the name leads to in go-fuse's tree when it

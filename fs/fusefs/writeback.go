@@ -4,6 +4,7 @@ import (
 	"context"
 	"syscall"
 
+	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
@@ -67,6 +68,74 @@ func (fsys *fileSystem) retire(n *node) {
 		fsys.inc = make(map[Ino]uint64)
 	}
 	fsys.inc[n.ino] = max(fsys.inc[n.ino], n.inc) + 1
+}
+
+// keep counts n, a node go-fuse kept, among its inode number's nodes,
+// once. With every node of an inode number forgotten (OnForget), its
+// write count goes: no kernel inode is left to agree or disagree with
+// the target, so the next node starts afresh, and the map holds only
+// the inodes the kernel knows, not every one the mount ever wrote. The
+// incarnation goes too once the node of the current one has been opened:
+// until then the kernel may still be on its way to the retry an ESTALE
+// asked for (it forgets the retired inode before it looks the name up
+// again), and that retry must get a node of a new incarnation, which
+// answers its first open (stale). A forget may have dropped the entries
+// while n was being made from them, so keep puts back n's own where they
+// are lower.
+func (fsys *fileSystem) keep(n *node) {
+	if !fsys.writeback {
+		return
+	}
+	n.mu.Lock()
+	seenAt := n.seenAt
+	n.mu.Unlock()
+	fsys.incMu.Lock()
+	defer fsys.incMu.Unlock()
+	if n.kept {
+		return
+	}
+	n.kept = true
+	if fsys.nodes == nil {
+		fsys.nodes = make(map[Ino]int)
+	}
+	fsys.nodes[n.ino]++
+	if n.inc > fsys.inc[n.ino] {
+		if fsys.inc == nil {
+			fsys.inc = make(map[Ino]uint64)
+		}
+		fsys.inc[n.ino] = n.inc
+	}
+	if seenAt > fsys.written[n.ino] {
+		if fsys.written == nil {
+			fsys.written = make(map[Ino]uint64)
+		}
+		fsys.written[n.ino] = seenAt
+	}
+}
+
+var _ fs.NodeOnForgetter = (*node)(nil)
+
+// OnForget implements fs.NodeOnForgetter: the kernel has forgotten n
+// (keep).
+func (n *node) OnForget() {
+	fsys := n.fsys
+	n.mu.Lock()
+	served := n.openedOnce
+	n.mu.Unlock()
+	fsys.incMu.Lock()
+	defer fsys.incMu.Unlock()
+	if !n.kept {
+		return
+	}
+	n.kept = false
+	if fsys.nodes[n.ino]--; fsys.nodes[n.ino] > 0 {
+		return
+	}
+	delete(fsys.nodes, n.ino)
+	delete(fsys.written, n.ino)
+	if served && n.inc == fsys.inc[n.ino] {
+		delete(fsys.inc, n.ino)
+	}
 }
 
 // wbFile reports whether n is a regular file whose size and times the

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/capsule-storage/capsule/internal/prereq"
 )
 
 var writeback = Options{AttrTimeout: time.Hour, EntryTimeout: time.Hour, WritebackCache: true}
@@ -23,10 +26,17 @@ var writeback = Options{AttrTimeout: time.Hour, EntryTimeout: time.Hour, Writeba
 func wbFile(t *testing.T, name, data string) (string, *memClient, Attr) {
 	t.Helper()
 	mnt, m := mountMem(t, writeback)
+	return mnt, m, wbFileIn(t, mnt, m, name, data)
+}
+
+// wbFileIn writes data to the file name through the mount mnt of m and
+// returns the target's attributes of it.
+func wbFileIn(t *testing.T, mnt string, m *memClient, name, data string) Attr {
+	t.Helper()
 	require.NoError(t, os.WriteFile(filepath.Join(mnt, name), []byte(data), 0o644))
 	a, err := m.Lookup(context.Background(), RootIno, name)
 	require.NoError(t, err)
-	return mnt, m, a
+	return a
 }
 
 // rewrite writes data over the file ino from its start as another
@@ -94,6 +104,79 @@ func TestWritebackCoalesces(t *testing.T) {
 	assert.Equal(t, len(want), n)
 	assert.Equal(t, want, got)
 	require.NoError(t, m.Release(ctx, a.Ino, h))
+}
+
+// TestWritebackForget: the mount's incarnations and write counts are
+// kept only for inodes the kernel knows. Files written through the mount
+// leave no entries once they are unlinked and the kernel has forgotten
+// their inodes; a file still cached keeps its write count, and one whose
+// reopen retired its node (another client changed it) its incarnation.
+func TestWritebackForget(t *testing.T) {
+	prereq.FUSE(t)
+	m := newMemClient()
+	mnt := t.TempDir()
+	server, fsys, err := mount(context.Background(), m, mnt, writeback)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, server.Unmount()) })
+	ctx := context.Background()
+	// entries reports which of inos the mount still has entries for.
+	entries := func(inos []Ino) (nodes, inc, written []Ino) {
+		fsys.incMu.Lock()
+		defer fsys.incMu.Unlock()
+		for _, ino := range inos {
+			if _, ok := fsys.nodes[ino]; ok {
+				nodes = append(nodes, ino)
+			}
+			if _, ok := fsys.inc[ino]; ok {
+				inc = append(inc, ino)
+			}
+			if _, ok := fsys.written[ino]; ok {
+				written = append(written, ino)
+			}
+		}
+		return nodes, inc, written
+	}
+
+	var gone []Ino
+	for i := range 50 {
+		name := fmt.Sprint(i)
+		require.NoError(t, os.WriteFile(filepath.Join(mnt, name), []byte("data"), 0o644))
+		a, err := m.Lookup(ctx, RootIno, name)
+		require.NoError(t, err)
+		gone = append(gone, a.Ino)
+	}
+	nodes, _, written := entries(gone)
+	assert.Len(t, nodes, len(gone), "a node per file")
+	assert.Len(t, written, len(gone), "every file was written here")
+
+	kept := wbFileIn(t, mnt, m, "kept", "data")
+	retired := wbFileIn(t, mnt, m, "retired", "data")
+	rewrite(t, m, retired.Ino, "other client", true)
+	assert.Equal(t, "other client", readString(t, filepath.Join(mnt, "retired")), "the reopen found the change")
+	f, err := os.Open(filepath.Join(mnt, "retired"))
+	require.NoError(t, err)
+	defer f.Close()
+
+	for i := range gone {
+		require.NoError(t, os.Remove(filepath.Join(mnt, fmt.Sprint(i))))
+	}
+	var inc []Ino
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		nodes, inc, written = entries(gone)
+		if len(nodes)+len(inc)+len(written) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.Empty(t, nodes, "nodes of unlinked files")
+	assert.Empty(t, inc, "incarnations of unlinked files")
+	assert.Empty(t, written, "write counts of unlinked files")
+	nodes, _, written = entries([]Ino{kept.Ino})
+	assert.Equal(t, []Ino{kept.Ino}, nodes, "the cached file keeps its node")
+	assert.Equal(t, []Ino{kept.Ino}, written, "and its write count")
+	_, inc, _ = entries([]Ino{retired.Ino})
+	assert.Equal(t, []Ino{retired.Ino}, inc, "the file open on its new incarnation keeps it")
 }
 
 // TestWritebackOtherClient: the kernel keeps a cached file's size
