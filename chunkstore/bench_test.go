@@ -63,6 +63,22 @@ func benchStore(b *testing.B, g Geometry, unit int) (*Store, []string) {
 
 const benchIO = 1 << 20
 
+// benchVolume creates the volume "bench" of size bytes on s and fills it
+// with p, over and over.
+func benchVolume(b *testing.B, s *Store, size int64, p []byte) *Volume {
+	b.Helper()
+	v, err := s.CreateVolume("bench", size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for off := int64(0); off < size; off += int64(len(p)) {
+		if _, err := v.WriteAt(p, off); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return v
+}
+
 // BenchmarkSeqWrite writes 1 MiB at a time through a volume, syncing
 // each time it wraps around (every 256 MiB).
 func BenchmarkSeqWrite(b *testing.B) {
@@ -106,16 +122,8 @@ func benchSeqWrite(b *testing.B, g Geometry, unit int) {
 func BenchmarkSeqWriteQD8(b *testing.B) {
 	s, _ := benchStore(b, DefaultGeometry, DefaultStripeUnit)
 	const size = 1 << 30
-	v, err := s.CreateVolume("bench", size)
-	if err != nil {
-		b.Fatal(err)
-	}
 	p := randBytes(rand.New(rand.NewPCG(1, 1)), benchIO)
-	for off := int64(0); off < size; off += benchIO {
-		if _, err := v.WriteAt(p, off); err != nil {
-			b.Fatal(err)
-		}
-	}
+	v := benchVolume(b, s, size, p)
 	if err := v.Sync(); err != nil {
 		b.Fatal(err)
 	}
@@ -151,16 +159,7 @@ func BenchmarkSeqRead(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			s, dirs := benchStore(b, g, DefaultStripeUnit)
 			const size = 128 << 20
-			v, err := s.CreateVolume("bench", size)
-			if err != nil {
-				b.Fatal(err)
-			}
-			p := randBytes(rand.New(rand.NewPCG(2, 2)), benchIO)
-			for off := int64(0); off < size; off += benchIO {
-				if _, err := v.WriteAt(p, off); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchVolume(b, s, size, randBytes(rand.New(rand.NewPCG(2, 2)), benchIO))
 			if err := s.Close(); err != nil {
 				b.Fatal(err)
 			}
@@ -169,12 +168,12 @@ func BenchmarkSeqRead(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			s, err = OpenDirs(dirs)
+			s, err := OpenDirs(dirs)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			v, err = s.OpenVolume("bench")
+			v, err := s.OpenVolume("bench")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -203,17 +202,9 @@ func BenchmarkRandRead(b *testing.B) {
 		b.Run(layout, func(b *testing.B) {
 			s, _ := benchStore(b, DefaultGeometry, DefaultStripeUnit)
 			const size = 128 << 20
-			v, err := s.CreateVolume("bench", size)
-			if err != nil {
-				b.Fatal(err)
-			}
 			r := rand.New(rand.NewPCG(3, 3))
 			p := randBytes(r, benchIO)
-			for off := int64(0); off < size; off += benchIO {
-				if _, err := v.WriteAt(p, off); err != nil {
-					b.Fatal(err)
-				}
-			}
+			v := benchVolume(b, s, size, p)
 			if layout == "random" {
 				for range size / 4096 {
 					if _, err := v.WriteAt(p[:4096], r.Int64N(size/4096)*4096); err != nil {
@@ -312,16 +303,8 @@ func BenchmarkStripeUnit(b *testing.B) {
 func benchRandom(b *testing.B, unit int, write bool) {
 	s, _ := benchStore(b, DefaultGeometry, unit)
 	const size = 64 << 20
-	v, err := s.CreateVolume("bench", size)
-	if err != nil {
-		b.Fatal(err)
-	}
 	p := randBytes(rand.New(rand.NewPCG(4, 4)), benchIO)
-	for off := int64(0); off < size; off += benchIO {
-		if _, err := v.WriteAt(p, off); err != nil {
-			b.Fatal(err)
-		}
-	}
+	v := benchVolume(b, s, size, p)
 	if err := v.Sync(); err != nil {
 		b.Fatal(err)
 	}
