@@ -154,10 +154,11 @@
 // a CRC32C per sector) and written while the next stripe fills, at most
 // eight in flight. Two log writers take the sealed stripes in batches
 // (every stripe sealed while a writer was busy), each run of consecutive
-// slots in one pwritev per device (header regions and payloads): the
+// slots in one pwritev per device (header regions and payloads). The
 // buffered writes of one file serialise on its inode lock, and a 1 MiB
-// host write seals four stripes, so one pwritev each instead of four
-// halves the CPU per byte. Reads of sectors in a stripe still in memory
+// host write seals four stripes: a writer per stripe made them queue
+// there, a sleep and a wake per handoff, which cost a quarter of the CPU
+// per byte through a target. Reads of sectors in a stripe still in memory
 // are served from memory. A partly written sector is read, merged and
 // appended whole, under a per-sector lock. Writes are durable after the
 // next Sync (a volatile write cache, VWC=1), or at once with FUA.
