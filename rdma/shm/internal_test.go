@@ -2,7 +2,9 @@ package shm
 
 import (
 	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -139,4 +141,67 @@ func TestWriteAllocs(t *testing.T) {
 	}
 	run() // the first access maps the peer's region
 	assert.Zero(t, testing.AllocsPerRun(100, run))
+}
+
+// An ack is rung for only when no message carried it: ackWait lets the
+// RX goroutine sleep up to ackDelay while the peer sleeps, then rings;
+// a peer awake, or a message rung since, needs no ring.
+func TestAckWait(t *testing.T) {
+	var mine, peers [2]atomic.Uint32 // ack, doorbell
+	q := &qp{}
+	q.me.ack, q.peer.doorbell = &mine[0], &peers[1]
+
+	// Nothing new to ack.
+	_, wait := q.ackWait()
+	assert.False(t, wait)
+
+	// A new ack, the peer asleep: wait, and do not ring yet.
+	mine[0].Store(5)
+	peers[1].Store(1)
+	d, wait := q.ackWait()
+	require.True(t, wait)
+	assert.Greater(t, d, time.Duration(0))
+	assert.LessOrEqual(t, d, ackDelay)
+	assert.Equal(t, uint32(1), peers[1].Load(), "rang before ackDelay")
+
+	// A message rang the peer since (pumpLocked): nothing left to do.
+	q.ackRung.Store(5)
+	_, wait = q.ackWait()
+	assert.False(t, wait)
+	assert.True(t, q.rx.ackDue.IsZero())
+
+	// The peer awake: it sees the ack before it sleeps.
+	mine[0].Store(6)
+	peers[1].Store(0)
+	_, wait = q.ackWait()
+	assert.False(t, wait)
+	assert.Equal(t, uint32(6), q.ackRung.Load())
+
+	// Asleep, and ackDelay spent: ring (the doorbell goes to 0).
+	mine[0].Store(7)
+	peers[1].Store(1)
+	_, wait = q.ackWait()
+	require.True(t, wait)
+	q.rx.ackDue = time.Now().Add(-time.Microsecond)
+	_, wait = q.ackWait()
+	assert.False(t, wait)
+	assert.Equal(t, uint32(0), peers[1].Load())
+	assert.Equal(t, uint32(7), q.ackRung.Load())
+}
+
+// A Send nobody answers still completes: the receiver rings for its ack
+// alone, once ackDelay has passed, and both sides may sleep meanwhile.
+func TestAckWithoutAnswer(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	src := alloc(t, p.pdA, 64, rdma.AccessLocalWrite)
+	dst := alloc(t, p.pdB, 64, rdma.AccessLocalWrite)
+	for i := range 3 {
+		require.NoError(t, p.b.PostRecv([]rdma.RecvWR{{ID: uint64(i), SGL: sge(dst, 0, 64)}}))
+		require.NoError(t, p.a.PostSend([]rdma.SendWR{{ID: uint64(i), Op: rdma.OpSend, Flags: rdma.Signaled, SGL: sge(src, 0, 64)}}))
+		assert.Equal(t, uint64(i), waitWC(t, p.cqB, 1)[0].ID)
+		wc := waitWC(t, p.cqA, 1)[0]
+		assert.Equal(t, uint64(i), wc.ID)
+		assert.Equal(t, rdma.WCSend, wc.Opcode)
+		time.Sleep(3 * ackDelay) // both RX goroutines go to sleep
+	}
 }

@@ -65,6 +65,7 @@ type qp struct {
 	rnrWait   atomic.Bool   // the RX goroutine waits for a Recv
 	lastAck   atomic.Uint32 // copy of sq.ackedMSN for the RX goroutine's idle check
 	sendWait  atomic.Bool   // a message waits for room in the peer's ring
+	ackRung   atomic.Uint32 // an ack of this side's that the peer has been woken for, or was awake to see (rx.go)
 
 	// sqMu guards sq, the producer side of the peer's ring and fetchSeq.
 	// It is held for the whole of a WR's execution, copies included, which

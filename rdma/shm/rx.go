@@ -17,6 +17,7 @@ type rxState struct {
 	off    uint32 // bytes of the message placed so far
 
 	rnrDeadline time.Time // zero unless waiting for a Recv
+	ackDue      time.Time // zero unless an ack waits for its ring (ackDelay)
 }
 
 // Adaptive polling: after its last piece of work the RX goroutine polls
@@ -39,6 +40,20 @@ const (
 	rxYieldEvery        = 16
 	rxBatch             = 64 // ring entries handled before the head is published
 )
+
+// ackDelay is how long an ack may wait for a message to carry it before
+// the RX goroutine rings the peer for it alone.
+//
+// An ack completes Sends at the peer; nothing else waits for it (a peer
+// short of ring room asks for its own ring, spaceWait, and PostSend reads
+// acks when its queue is full). A request is nearly always answered, and
+// the answer's ring carries the ack of the request, so ringing for the
+// ack at once woke the peer twice per round trip: once for the ack of
+// its request and once for the answer. Each futex wake-up costs the peer
+// a context switch. So an ack is published at once but rung for only
+// when the RX goroutine is about to sleep, the peer sleeps too, no
+// message of this side has rung it since, and ackDelay has passed.
+const ackDelay = time.Millisecond
 
 // rxLoop is the QP's provider goroutine. It delivers the peer's messages
 // into Recvs, completes acked Sends, pushes queued Sends when the peer's
@@ -74,6 +89,9 @@ func (q *qp) rxLoop() {
 				q.me.doorbell.Store(0)
 				continue
 			}
+		}
+		if ad, ok := q.ackWait(); ok && (d < 0 || ad < d) {
+			d = ad
 		}
 		sleep(q.me.doorbell, d)
 		q.me.doorbell.Store(0)
@@ -186,13 +204,45 @@ func (q *qp) rxRing() (worked bool, deadline time.Time) {
 		wakePeer = true
 	}
 	if acked != 0 {
-		q.me.ack.Store(acked)
-		wakePeer = true
+		q.me.ack.Store(acked) // rung for by ackWait, or by the next message
 	}
 	if wakePeer {
+		a := q.me.ack.Load()
 		ring(q.peer.doorbell)
+		q.ackRung.Store(a)
 	}
 	return worked, deadline
+}
+
+// ackWait runs before the RX goroutine sleeps. If the peer may not have
+// seen this side's latest ack, it rings the peer once ackDelay has passed
+// and otherwise reports how long the sleep may last (ok) before it must
+// look again.
+func (q *qp) ackWait() (d time.Duration, ok bool) {
+	rx := &q.rx
+	a := q.me.ack.Load()
+	if a == q.ackRung.Load() {
+		rx.ackDue = time.Time{}
+		return 0, false
+	}
+	if q.peer.doorbell.Load() == 0 {
+		// Awake: the peer looks at the ack word after it says it sleeps
+		// (rxLoop), and this load came after the ack's store.
+		q.ackRung.Store(a)
+		rx.ackDue = time.Time{}
+		return 0, false
+	}
+	now := time.Now()
+	if rx.ackDue.IsZero() {
+		rx.ackDue = now.Add(ackDelay)
+	}
+	if d = rx.ackDue.Sub(now); d > 0 {
+		return d, true
+	}
+	ring(q.peer.doorbell)
+	q.ackRung.Store(a)
+	rx.ackDue = time.Time{}
+	return 0, false
 }
 
 // takeRecv finds a Recv for the message e begins. Without one it starts
