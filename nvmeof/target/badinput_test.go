@@ -1,6 +1,9 @@
 package target
 
 import (
+	"io"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,8 +26,8 @@ type badInputFixture struct {
 
 const patternBytes = 256 << 10
 
-func newBadInputFixture(t *testing.T, listen string) *badInputFixture {
-	tt := newTestTarget(t, listen)
+func newBadInputFixture(t *testing.T, listen string, opts ...Option) *badInputFixture {
+	tt := newTestTarget(t, listen, opts...)
 	admin := adminQueue(t, tt.url, testSubNQN, 0)
 	io := ioQueue(t, tt.url, admin, 1, 16)
 	want := randomBytes(42, patternBytes)
@@ -238,20 +241,27 @@ func TestBadInputTooManyOutstanding(t *testing.T) {
 
 // TestBadInputFatal covers what the binding makes fatal to the
 // connection: a key the host's own RDMA device refuses, and a capsule too
-// short to hold a command. The queue ends, the host reconnects, and the
-// stored data is unchanged.
+// short to hold a command. The queue ends, with a warning that says why,
+// the host reconnects, and the stored data is unchanged.
 func TestBadInputFatal(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, listen func() string) {
-		f := newBadInputFixture(t, listen())
+		rec := &logRecorder{next: slog.NewTextHandler(io.Discard, nil)}
+		f := newBadInputFixture(t, listen(), WithLogger(slog.New(rec)))
 		tt, admin := f.tt, f.admin
 		reconnect := func() *rawQueue {
 			require.Eventually(t, func() bool { return ioQueueCount(tt, admin.cntlid) == 0 }, rawTimeout, time.Millisecond)
 			f.io = ioQueue(t, tt.url, admin, 1, 16)
 			return f.io
 		}
+		// logged checks that the queue's end was logged with its reason
+		// at Info or above, since n records.
+		logged := func(t *testing.T, n int) {
+			require.Eventually(t, func() bool { return len(rec.since(n)) > 0 }, rawTimeout, time.Millisecond,
+				"the queue ended with nothing in the log; last records:\n%s", strings.Join(rec.last(8), "\n"))
+		}
 
 		t.Run("bad rkey on a write", func(t *testing.T) {
-			io := f.io
+			io, n := f.io, rec.count()
 			copy(io.data.Bytes(), randomBytes(1, 4096))
 			c := io.writeCmd(1, 0, 8, 0, 4096)
 			c.DPTR, _ = nvmeof.KeyedSGL{Address: io.data.Addr(), Length: 4096, Key: io.data.RKey() ^ 0x5a5a00}.Descriptor()
@@ -260,28 +270,31 @@ func TestBadInputFatal(t *testing.T) {
 			assert.False(t, answered)
 			<-io.qp.Done()
 			assert.ErrorIs(t, io.qp.Err(), rdma.RemAccessErr)
+			logged(t, n)
 			io = reconnect()
 			assert.Equal(t, f.want, io.readBack(1, 0, patternBytes), "stored data untouched")
 			require.NoError(t, admin.do(nvmeof.Command{Opcode: nvmeof.AdminKeepAlive}, nil).cqe.Status.Err(), "the admin queue is unaffected")
 		})
 
 		t.Run("bad rkey on a read", func(t *testing.T) {
-			io := f.io
+			io, n := f.io, rec.count()
 			c := io.readCmd(1, 0, 8, 0, 4096)
 			c.DPTR, _ = nvmeof.KeyedSGL{Address: io.data.Addr(), Length: 4096, Key: io.data.RKey() + 0x100}.Descriptor()
 			io.submit(&c, nil)
 			<-io.qp.Done()
 			assert.ErrorIs(t, io.qp.Err(), rdma.RemAccessErr)
+			logged(t, n)
 			io = reconnect()
 			assert.Equal(t, f.want, io.readBack(1, 0, patternBytes))
 		})
 
 		t.Run("capsule shorter than an SQE", func(t *testing.T) {
-			io := f.io
+			io, n := f.io, rec.count()
 			io.sendSGE[0] = rdma.SGEOf(io.cmds, 0, 40)
 			io.sendWR[0] = rdma.SendWR{Op: rdma.OpSend, SGL: io.sendSGE[:]}
 			require.NoError(t, io.qp.PostSend(io.sendWR[:]))
 			<-io.qp.Done()
+			logged(t, n)
 			io = reconnect()
 			assert.Equal(t, f.want, io.readBack(1, 0, patternBytes))
 		})

@@ -261,6 +261,11 @@ func (q *rdmaQueue) handle(wc *rdma.WC) bool {
 	s := &q.slots[i]
 	if wc.Status != rdma.Success {
 		switch {
+		case wc.Status == rdma.WRFlushErr && hostFailed(q.qp.Err()):
+			// The work requests that caused it completed already (an
+			// iWARP Write completes once sent), and the host's verdict
+			// came later, as the connection's error.
+			q.log.Warn("host failed the connection: queue ended", "err", q.qp.Err())
 		case wc.Status == rdma.WRFlushErr:
 			q.log.Debug("connection ended", "err", q.qp.Err())
 		case wc.Status == rdma.RemAccessErr && (kind == wrRead || kind == wrWrite):
@@ -279,6 +284,21 @@ func (q *rdmaQueue) handle(wc *rdma.WC) bool {
 		return q.onResponseSent(s)
 	}
 	return true
+}
+
+// hostFailed reports whether a connection's error is the host's verdict
+// on something the target did (a key it refused, a request it found
+// invalid), rather than the connection merely ending.
+func hostFailed(err error) bool {
+	var st rdma.WCStatus
+	if !errors.As(err, &st) {
+		return false
+	}
+	switch st {
+	case rdma.RemAccessErr, rdma.RemInvReqErr, rdma.RemOpErr, rdma.LocLenErr, rdma.LocProtErr, rdma.LocQPOpErr, rdma.GeneralErr:
+		return true
+	}
+	return false
 }
 
 // onCapsule starts a command that arrived in slot s.
