@@ -156,7 +156,9 @@
 //     SQE from the slot and the data from that memory (one SGE, copied,
 //     when the capsule is small enough to go inline). The lookup is by
 //     address, lock-free and allocation-free (TestAllocBufferNoCopy: the
-//     host's slots and buffers see none of that data). Memory of another
+//     host's slots and buffers see none of that data). A passthrough
+//     command's Data in that memory moves the same way, unless it is
+//     written in the capsule (TestPassthruNoCopy). Memory of another
 //     Controller is plain memory here.
 //   - Admin and Fabrics data (Connect on the admin queue, Identify, Get
 //     Log Page) uses a region registered for that command alone and a

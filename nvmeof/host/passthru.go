@@ -30,7 +30,9 @@ type Passthru struct {
 	// at most InCapsule bytes (Info); nil for other directions.
 	Payload []byte
 	// Data is the data of the command: sent (01b) or filled (10b, 11b).
-	// At most MaxTransfer bytes (Info): one command, never split.
+	// At most MaxTransfer bytes (Info): one command, never split. Data
+	// in memory of AllocBuffer moves without a copy, unless it is sent
+	// in the capsule.
 	Data []byte
 	// ReplyLenInDW1: the controller reports in the completion's DW1 how
 	// many bytes of Data it wrote; only those are copied out (a larger
@@ -158,6 +160,12 @@ func (q *queue) issuePassthru(s *slot, cmd *nvmeof.Command) int {
 	if len(p.Data) == 0 {
 		return capLen
 	}
+	if s.direct != nil {
+		// The caller's registered memory: no copy either way.
+		s.xfer, s.inPlace = s.direct, p.Cmd.Opcode.Direction()&nvmeof.ControllerToHost != 0
+		cmd.DPTR = q.tr.directSGL(s)
+		return capLen
+	}
 	n := int64(len(p.Data))
 	if p.Cmd.Opcode.Direction() == nvmeof.HostToController {
 		if s.buf < 0 && len(p.Data) <= q.cfg.icd {
@@ -198,5 +206,20 @@ func (q *queue) completePassthru(s *slot) {
 	if p.ReplyLenInDW1 {
 		n = min(n, int(s.cqe.DW1))
 	}
+	if s.direct != nil {
+		p.N = n // already there
+		return
+	}
 	p.N = copy(p.Data[:n], q.passthruData(s))
+}
+
+// passthruDirect returns the Data of r's passthrough command when it may
+// move without a copy, should it lie in memory of AllocBuffer: data that
+// is not sent in the capsule.
+func (q *queue) passthruDirect(r *Request) []byte {
+	p := r.pt
+	if len(p.Data) == 0 || p.Cmd.Opcode.Direction() == nvmeof.HostToController && len(p.Data) <= q.cfg.icd {
+		return nil
+	}
+	return p.Data
 }

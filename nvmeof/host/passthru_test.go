@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/capsule-storage/capsule/nvmeof"
@@ -133,6 +134,65 @@ func TestPassthru(t *testing.T) {
 		binary.LittleEndian.PutUint32(b, 7)
 		_, err = ns.WriteAt(b, 0)
 		require.NoError(t, err)
+	})
+}
+
+// TestPassthruNoCopy: passthrough data in memory of AllocBuffer moves
+// without passing through the host's slots or large buffers, in both
+// directions and as the reply of a bidirectional command; data small
+// enough for the capsule is still sent in it.
+func TestPassthruNoCopy(t *testing.T) {
+	forEachTargetTransport(t, false, func(t *testing.T, url string) {
+		rt := newTarget(t, url, 1<<20, 512, nil)
+		_, err := rt.sub.AddNamespace(target.NamespaceConfig{NSID: 2, Vendor: echoVendor{}})
+		require.NoError(t, err)
+		c := dialTarget(t, rt, WithSubsystem(targetNQN), WithQueues(1))
+		info, err := c.Info()
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		mem, err := c.AllocBuffer(2 * info.MaxTransfer)
+		require.NoError(t, err)
+		clearHostData(c)
+
+		for _, n := range []int{1, 5000, info.InCapsule + 1, info.MaxTransfer} {
+			if n > info.InCapsule { // smaller writes travel in the capsule
+				data := mem[:n]
+				pattern(data, int64(n), 0)
+				p := &Passthru{Cmd: nvmeof.Command{Opcode: 0x81, NSID: 2}, Data: data}
+				require.NoError(t, c.Exec(ctx, p), "write %d", n)
+				require.Equal(t, crc32.Checksum(data, castagnoli), p.CQE.DW0, "write %d", n)
+			}
+
+			buf := mem[info.MaxTransfer : info.MaxTransfer+n]
+			clear(buf)
+			p := &Passthru{Cmd: nvmeof.Command{Opcode: 0x82, NSID: 2, CDW10: uint32(n), CDW11: 9}, Data: buf, ReplyLenInDW1: true}
+			require.NoError(t, c.Exec(ctx, p), "read %d", n)
+			want := make([]byte, n)
+			pattern(want, 9, 0)
+			require.Equal(t, want, buf)
+			require.Equal(t, n, p.N)
+		}
+		assert.True(t, hostDataUntouched(c), "registered memory's data passed through the host's own buffers")
+
+		// Bidirectional: the payload travels in the capsule, the reply
+		// straight into the registered memory.
+		payload := []byte("payload")
+		out := mem[:info.MaxTransfer]
+		p := &Passthru{Cmd: nvmeof.Command{Opcode: 0x83, NSID: 2}, Payload: payload, Data: out, ReplyLenInDW1: true}
+		require.NoError(t, c.Exec(ctx, p))
+		require.Equal(t, []byte("daolyap"), out[:p.N])
+		for _, q := range c.live.Load().io {
+			assert.Equal(t, make([]byte, len(q.bufMem)), q.bufMem, "a large buffer was used")
+		}
+
+		// In-capsule data is copied into the capsule (the check sees it).
+		small := mem[:16]
+		pattern(small, 5, 0)
+		p = &Passthru{Cmd: nvmeof.Command{Opcode: 0x81, NSID: 2}, Data: small}
+		require.NoError(t, c.Exec(ctx, p))
+		require.Equal(t, crc32.Checksum(small, castagnoli), p.CQE.DW0)
+		assert.False(t, hostDataUntouched(c), "in-capsule data goes in the capsule")
 	})
 }
 

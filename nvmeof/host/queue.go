@@ -148,8 +148,9 @@ type slot struct {
 	// direct memory).
 	inPlace bool
 	// direct is the part of the request's Buf a read or write chunk
-	// moves straight from or into, when it lies in memory of
-	// Controller.AllocBuffer (nil otherwise); dmr is that memory's
+	// moves straight from or into (or a passthrough command's Data),
+	// when it lies in memory of Controller.AllocBuffer (nil otherwise);
+	// dmr is that memory's
 	// registration (nil on TCP) and doff direct's offset in it. Set with
 	// the reservation, under queue.mu.
 	direct []byte
@@ -466,7 +467,8 @@ func (q *queue) reserveLocked() *slot {
 		var direct []byte
 		var dmr rdma.MR
 		var doff int
-		if r.Op == OpRead || r.Op == OpWrite {
+		switch r.Op {
+		case OpRead, OpWrite:
 			if lo := off - r.Offset; lo >= 0 && lo+n <= int64(len(r.Buf)) {
 				p := r.Buf[lo : lo+n : lo+n]
 				var ok bool
@@ -474,9 +476,16 @@ func (q *queue) reserveLocked() *slot {
 					direct = p
 				}
 			}
+		case opPassthru:
+			if p := q.passthruDirect(r); p != nil {
+				var ok bool
+				if dmr, doff, ok = q.ctrl.registered(p); ok {
+					direct = p
+				}
+			}
 		}
 		buf := -1
-		if (r.Op == OpRead || r.Op == OpWrite) && direct == nil && n > int64(q.cfg.area) || r.Op == opPassthru && q.passthruNeedsBuffer(r) {
+		if (r.Op == OpRead || r.Op == OpWrite) && direct == nil && n > int64(q.cfg.area) || r.Op == opPassthru && direct == nil && q.passthruNeedsBuffer(r) {
 			if len(q.freeBufs) == 0 {
 				return nil
 			}

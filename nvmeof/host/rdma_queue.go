@@ -345,7 +345,7 @@ func (t *rdmaTransport) dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor 
 // directSGL returns a keyed SGL (40h) for the chunk's bytes in the
 // caller's registered memory.
 func (t *rdmaTransport) directSGL(s *slot) nvmeof.SGLDescriptor {
-	d, _ := nvmeof.KeyedSGL{Address: s.dmr.Addr() + uint64(s.doff), Length: uint32(s.n), Key: s.dmr.RKey()}.Descriptor()
+	d, _ := nvmeof.KeyedSGL{Address: s.dmr.Addr() + uint64(s.doff), Length: uint32(len(s.direct)), Key: s.dmr.RKey()}.Descriptor()
 	return d
 }
 

@@ -561,7 +561,7 @@ func (t *tcpTransport) dataSGL(s *slot, off int, n int64) nvmeof.SGLDescriptor {
 // directSGL returns a Transport SGL Data Block: H2CData is written from,
 // and C2HData read into, the caller's memory (s.xfer).
 func (t *tcpTransport) directSGL(s *slot) nvmeof.SGLDescriptor {
-	return nvmeof.TransportSGL{Length: uint32(s.n)}.Descriptor()
+	return nvmeof.TransportSGL{Length: uint32(len(s.direct))}.Descriptor()
 }
 
 // rawStart: an admin command's data moves straight from and into
