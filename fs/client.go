@@ -40,6 +40,9 @@ type Client struct {
 	lim atomic.Pointer[limits]
 
 	ctrl atomic.Pointer[host.Controller]
+	// bufs is the registered buffers of ctrl (buffers.go), replaced with
+	// it.
+	bufs atomic.Pointer[bufferSet]
 	// redial serializes replacing a controller the host library gave up
 	// on; it guards nothing else.
 	redial sync.Mutex
@@ -162,6 +165,7 @@ func Dial(ctx context.Context, url string, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c.ctrl.Store(ctrl)
+	c.bufs.Store(&bufferSet{ctrl: ctrl})
 	return c, nil
 }
 
@@ -209,7 +213,8 @@ func (c *Client) Close() error {
 	c.closed.Store(true)
 	c.redial.Lock()
 	defer c.redial.Unlock()
-	return c.ctrl.Load().Close()
+	// The controller closes now, or when the last Buffer out comes back.
+	return c.bufs.Load().retire()
 }
 
 // Controller returns the host library's controller the client runs on
@@ -239,7 +244,8 @@ func (c *Client) controller(ctx context.Context) (*host.Controller, error) {
 		n, err := host.Dial(dctx, c.url, c.hostOpts...)
 		if err == nil {
 			if err = c.adopt(dctx, n); err == nil {
-				ctrl.Close()
+				// The old controller closes once its buffers are back.
+				c.bufs.Swap(&bufferSet{ctrl: n}).retire()
 				c.ctrl.Store(n)
 				c.log.Info("capfs: connected again", "url", c.url)
 				return n, nil

@@ -53,8 +53,12 @@
 // fits the in-capsule size, else the target RDMA-Reads it (over NVMe/TCP
 // the same bytes travel in C2HData PDUs, and in H2CData PDUs after an
 // R2T). The host
-// library copies between its registered buffers and the caller's memory
-// (nvmeof/host: the caller's memory is never registered).
+// library copies between its registered buffers and the caller's memory,
+// unless that memory is one of the client's own registered buffers
+// (Buffer, buffers.go: up to 16 of 1 MiB, registered once with the
+// controller): then the data moves straight into or out of it. A buffer
+// stays valid until Release even across a reconnect or Close: the
+// controller it belongs to is closed when the last one comes back.
 //
 // # Consistency
 //

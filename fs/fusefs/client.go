@@ -70,6 +70,14 @@ type openAttrer interface {
 
 var _ openAttrer = (*capfs.Client)(nil)
 
+// bufferer is a Client with registered buffers that reads land in
+// without a copy (*capfs.Client.Buffer); Read uses them when it is there.
+type bufferer interface {
+	Buffer() *capfs.Buffer
+}
+
+var _ bufferer = (*capfs.Client)(nil)
+
 // copier is a Client that copies file ranges inside the target
 // (*capfs.Client.CopyFileRange).
 type copier interface {
