@@ -673,7 +673,7 @@ func (s *Server) openIno(c *cred, ino uint64, flags uint32, check bool, reclaim 
 		}
 	}
 	// The check and the handle's registration happen between writing
-	// transactions (under txMu, which the committer holds around each),
+	// transactions (under txMu, which is held around each),
 	// so that an unlink committed later sees the file open, and one
 	// committed earlier made it ENOENT here. Opening writes nothing, so
 	// it costs no commit.

@@ -300,8 +300,10 @@
 // # Concurrency
 //
 // The Server's methods are safe for concurrent use. Writing
-// transactions run on one goroutine, the committer, several to a commit
-// (commit.go); readers run beside them on a snapshot. Data operations
+// transactions run one at a time under txMu: on the caller's goroutine
+// when none is running or waiting, else several to a commit on the
+// committer goroutine (commit.go); readers run beside them on a
+// snapshot. Data operations
 // of one inode (write, truncate, punch, deleting its chunks) hold its data
 // lock (a striped RWMutex) exclusively and reads hold it shared; the data
 // lock is taken before any transaction and never two at once. Lock

@@ -12,11 +12,11 @@ import (
 // cache").
 //
 // Coherence. Inode records change only in writing transactions, all of
-// which run on the committer under txMu (and, before the server serves,
-// in init and recover). Every change goes through putInode,
+// which run under txMu (commit.go; before the server serves, in init and
+// recover). Every change goes through putInode,
 // deleteInodeRecords, putData or deleteData, which drop the entry at
 // once and register a commit handler (tx.OnCommit) that runs after
-// the commit, still inside the committer's transaction, before the
+// the commit, still under txMu, before the
 // change's caller hears of it: it puts the new record in (a chunked or
 // non-regular inode) or drops the entry (an inline file, a deleted
 // inode). A rolled-back transaction runs no handler, and the entries it

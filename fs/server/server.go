@@ -126,11 +126,12 @@ type Server struct {
 	ops    [0x80]opCounters // by opcode - 80h (OpStats)
 
 	// commits feeds the committer (commit.go). commitMu: update holds it
-	// shared while it sends, Close exclusively while it closes commits.
+	// shared while it sends or runs its transaction itself, Close
+	// exclusively while it closes commits.
 	commits       chan *commitReq
 	commitMu      sync.RWMutex
 	committerDone chan struct{}
-	// txMu is held around every writing transaction of the committer,
+	// txMu is held around every writing transaction (commit.go),
 	// and by an open around its check and the registration of its handle
 	// (data.go, openIno), and by stage. Taken after a data lock, before
 	// hmu.
