@@ -141,7 +141,6 @@ func (q *qp) rxRing() (worked bool, deadline time.Time) {
 	rx := &q.rx
 	tail := q.me.tail.Load()
 	head := rx.head
-	var acked uint32
 	for i := 0; i < rxBatch && q.State() == rdma.StateRTS; i++ {
 		e, poff, size, ok, err := ringEntry(q.me.ring, head, tail)
 		if err != nil {
@@ -189,10 +188,13 @@ func (q *qp) rxRing() (worked bool, deadline time.Time) {
 			q.fail(rdma.RemInvReqErr, 0, rdma.RemInvReqErr, e.MSN)
 			break
 		}
+		// The ack goes out before the completion: an answer the
+		// application sends rings the peer, which then sees the ack too
+		// (ackWait rings for it only when no message does).
+		q.me.ack.Store(e.MSN)
 		if !q.completeRecv(e, rdma.Success) {
 			break
 		}
-		acked = e.MSN
 	}
 	if head != rx.head {
 		rx.head = head
@@ -202,9 +204,6 @@ func (q *qp) rxRing() (worked bool, deadline time.Time) {
 	wakePeer := false
 	if worked && q.me.spaceWait.Load() == 1 && q.me.spaceWait.Swap(0) == 1 {
 		wakePeer = true
-	}
-	if acked != 0 {
-		q.me.ack.Store(acked) // rung for by ackWait, or by the next message
 	}
 	if wakePeer {
 		a := q.me.ack.Load()
