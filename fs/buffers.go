@@ -76,12 +76,7 @@ func (s *bufferSet) get() *Buffer {
 		s.mu.Lock()
 		s.made--
 		s.out--
-		closeNow := s.retired && s.out == 0 && !s.closed
-		s.closed = s.closed || closeNow
-		s.mu.Unlock()
-		if closeNow {
-			s.ctrl.Close()
-		}
+		s.closeIfDone()
 		return nil
 	}
 	return &Buffer{mem: mem, set: s}
@@ -92,15 +87,10 @@ func (s *bufferSet) get() *Buffer {
 func (s *bufferSet) put(b *Buffer) {
 	s.mu.Lock()
 	s.out--
-	closeNow := s.retired && s.out == 0 && !s.closed
 	if !s.retired {
 		s.free = append(s.free, b)
 	}
-	s.closed = s.closed || closeNow
-	s.mu.Unlock()
-	if closeNow {
-		s.ctrl.Close()
-	}
+	s.closeIfDone()
 }
 
 // retire stops handing out buffers and closes the controller now, or
@@ -109,7 +99,13 @@ func (s *bufferSet) retire() error {
 	s.mu.Lock()
 	s.retired = true
 	s.free = nil
-	closeNow := s.out == 0 && !s.closed
+	return s.closeIfDone()
+}
+
+// closeIfDone unlocks s.mu and closes the controller if the set is
+// retired, no buffer is out and nobody closed it yet.
+func (s *bufferSet) closeIfDone() error {
+	closeNow := s.retired && s.out == 0 && !s.closed
 	s.closed = s.closed || closeNow
 	s.mu.Unlock()
 	if closeNow {

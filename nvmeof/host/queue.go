@@ -464,25 +464,20 @@ func (q *queue) reserveLocked() *slot {
 			return nil
 		}
 		off, n := q.nextChunk(r)
+		// direct: the command's data, when it may move without a copy
+		// and lies in the caller's registered memory.
 		var direct []byte
-		var dmr rdma.MR
-		var doff int
 		switch r.Op {
 		case OpRead, OpWrite:
 			if lo := off - r.Offset; lo >= 0 && lo+n <= int64(len(r.Buf)) {
-				p := r.Buf[lo : lo+n : lo+n]
-				var ok bool
-				if dmr, doff, ok = q.ctrl.registered(p); ok {
-					direct = p
-				}
+				direct = r.Buf[lo : lo+n : lo+n]
 			}
 		case opPassthru:
-			if p := q.passthruDirect(r); p != nil {
-				var ok bool
-				if dmr, doff, ok = q.ctrl.registered(p); ok {
-					direct = p
-				}
-			}
+			direct = q.passthruDirect(r)
+		}
+		dmr, doff, ok := q.ctrl.registered(direct)
+		if !ok {
+			direct = nil
 		}
 		buf := -1
 		if (r.Op == OpRead || r.Op == OpWrite) && direct == nil && n > int64(q.cfg.area) || r.Op == opPassthru && direct == nil && q.passthruNeedsBuffer(r) {

@@ -206,9 +206,7 @@ func (q *qp) rxRing() (worked bool, deadline time.Time) {
 		wakePeer = true
 	}
 	if wakePeer {
-		a := q.me.ack.Load()
-		ring(q.peer.doorbell)
-		q.ackRung.Store(a)
+		q.ringPeer()
 	}
 	return worked, deadline
 }
@@ -238,10 +236,17 @@ func (q *qp) ackWait() (d time.Duration, ok bool) {
 	if d = rx.ackDue.Sub(now); d > 0 {
 		return d, true
 	}
-	ring(q.peer.doorbell)
-	q.ackRung.Store(a)
+	q.ringPeer()
 	rx.ackDue = time.Time{}
 	return 0, false
+}
+
+// ringPeer rings the peer's doorbell. The peer then sees every ack
+// published before the ring, so it is noted as rung for (ackWait).
+func (q *qp) ringPeer() {
+	a := q.me.ack.Load()
+	ring(q.peer.doorbell)
+	q.ackRung.Store(a)
 }
 
 // takeRecv finds a Recv for the message e begins. Without one it starts

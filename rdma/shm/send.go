@@ -402,9 +402,7 @@ func (q *qp) pumpLocked() {
 	if sq.rtail != start {
 		// The peer wakes for the message and sees the acks published
 		// before it: they need no ring of their own (rx.go).
-		a := q.me.ack.Load()
-		ring(q.peer.doorbell)
-		q.ackRung.Store(a)
+		q.ringPeer()
 	}
 }
 
