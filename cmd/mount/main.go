@@ -9,7 +9,8 @@
 // Both run in the foreground until SIGINT or SIGTERM.
 //
 // CAPSULE_CPUPROFILE=FILE in the environment writes a CPU profile of the
-// whole run to FILE (runtime/pprof), for `go tool pprof`.
+// whole run to FILE, and CAPSULE_TRACE=FILE an execution trace
+// (internal/profenv).
 package main
 
 import (
@@ -18,7 +19,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,6 +28,7 @@ import (
 
 	"github.com/capsule-storage/capsule/internal/admin"
 	"github.com/capsule-storage/capsule/internal/cliexit"
+	"github.com/capsule-storage/capsule/internal/profenv"
 )
 
 // defaultNQN is the subsystem bin/target serves when given no --nqn.
@@ -99,15 +100,10 @@ func newApp() *cli.App {
 // the error in one line on stderr.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	if path := os.Getenv("CAPSULE_CPUPROFILE"); path != "" {
-		// Written out by StopCPUProfile below; the file closes at exit.
-		if f, err := os.Create(path); err == nil {
-			_ = pprof.StartCPUProfile(f)
-		}
-	}
+	stopProfiles := profenv.Start()
 	code := cliexit.Run(ctx, newApp(), os.Args)
 	stop()
-	pprof.StopCPUProfile()
+	stopProfiles()
 	os.Exit(code)
 }
 

@@ -6,7 +6,8 @@
 // created on first start).
 //
 // CAPSULE_CPUPROFILE=FILE in the environment writes a CPU profile of the
-// whole run to FILE (runtime/pprof), for `go tool pprof`.
+// whole run to FILE, and CAPSULE_TRACE=FILE an execution trace
+// (internal/profenv).
 package main
 
 import (
@@ -15,12 +16,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/capsule-storage/capsule/internal/cliexit"
+	"github.com/capsule-storage/capsule/internal/profenv"
 	_ "github.com/capsule-storage/capsule/rdma/providers"
 )
 
@@ -61,14 +62,9 @@ func newApp() *cli.App {
 // the error in one line on stderr.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	if path := os.Getenv("CAPSULE_CPUPROFILE"); path != "" {
-		// Written out by StopCPUProfile below; the file closes at exit.
-		if f, err := os.Create(path); err == nil {
-			_ = pprof.StartCPUProfile(f)
-		}
-	}
+	stopProfiles := profenv.Start()
 	code := cliexit.Run(ctx, newApp(), os.Args)
 	stop()
-	pprof.StopCPUProfile()
+	stopProfiles()
 	os.Exit(code)
 }
