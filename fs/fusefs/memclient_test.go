@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -22,6 +23,23 @@ type memClient struct {
 	calls   map[string]int // client calls by method, for the tests
 	fail    syscall.Errno  // when set, every call fails with it
 	lastSet SetAttr        // the last SetAttr's request
+	// releases, when set, holds the Release of every handle that
+	// Create made (created) until it is closed: the RELEASE the kernel
+	// sends late after a file was created and written.
+	releases chan struct{}
+	created  map[Handle]bool
+}
+
+// holdReleases makes the Release of handles that Create made wait until
+// the returned function is called (at the latest when the test ends).
+func (m *memClient) holdReleases(t testing.TB) (let func()) {
+	ch := make(chan struct{})
+	m.mu.Lock()
+	m.releases = ch
+	m.mu.Unlock()
+	let = sync.OnceFunc(func() { close(ch) })
+	t.Cleanup(let)
+	return let
 }
 
 func (m *memClient) lastSetAttr() SetAttr {
@@ -316,7 +334,12 @@ func (m *memClient) Create(ctx context.Context, parent Ino, name string, mode, u
 			return Attr{}, 0, e
 		}
 	}
-	return in.attr, m.openLocked(in), nil
+	h := m.openLocked(in)
+	if m.created == nil {
+		m.created = make(map[Handle]bool)
+	}
+	m.created[h] = true
+	return in.attr, h, nil
 }
 
 func (m *memClient) openLocked(in *memInode) Handle {
@@ -586,7 +609,13 @@ func (m *memClient) Open(ctx context.Context, ino Ino, flags int) (Handle, error
 
 func (m *memClient) Release(ctx context.Context, ino Ino, h Handle) error {
 	m.mu.Lock()
+	if ch := m.releases; ch != nil && m.created[h] {
+		m.mu.Unlock()
+		<-ch
+		m.mu.Lock()
+	}
 	defer m.mu.Unlock()
+	delete(m.created, h)
 	m.calls["Release"]++
 	in, e := m.handle(ino, h)
 	if e != 0 {

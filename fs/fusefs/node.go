@@ -468,7 +468,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if set && n.fsys.writeback {
 		// The kernel applied the same change to its inode.
-		n.agree(&a)
+		n.agree(&a, in.Valid&fuse.FATTR_MTIME != 0)
 	}
 	n.mode.Store(a.Mode)
 	n.nlink.Store(a.Nlink)

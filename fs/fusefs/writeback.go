@@ -20,7 +20,8 @@ import (
 // (sameData: every change of a file's data moves them) when the kernel's
 // inode was made (newNode), or when this mount last knew the target had
 // everything it wrote (the close of the last file of it open here, a
-// setattr with none open). A file this mount has written since has no
+// setattr with none open), carried over every setattr the kernel made
+// while it agreed (agree). A file this mount has written since has no
 // seen version (seenValid false): the kernel's inode is then the newer
 // one, and is kept. This mount's changes of a file are also counted per
 // inode before they are sent (wrote), and a version taken before the
@@ -270,15 +271,33 @@ func (n *node) resync(ctx context.Context, open int) {
 	n.mu.Unlock()
 }
 
-// agree records that the kernel's inode agrees with the target's
-// attributes a, when no file of the node is open (else a later write
-// back may change the target again, and the last release resyncs).
-func (n *node) agree(a *Attr) {
+// agree records, after a SETATTR that the kernel applied to its inode
+// too, the target's attributes a as the version the kernel agrees with.
+//
+// When the kernel agreed with the seen version before (and this mount
+// has sent no data since, not even a truncate), it made the same change
+// as the target, so it agrees with a, whether or not files are open:
+// the SETATTR that writes back the times the kernel keeps comes often
+// while the RELEASE of the last close is still on its way, and a mount
+// that stopped trusting its version there took another client's change
+// after that close for its own. a is taken only if the data in it is
+// the seen data, with the mtime this SETATTR set: else another client
+// changed the file since, and the seen version stays, so that the next
+// open finds the change. Without a version the kernel is known to agree
+// with, a becomes it when no file of the node is open; with files open a
+// later write back may change the target again, and the last release
+// resyncs.
+func (n *node) agree(a *Attr, setMtime bool) {
 	written := n.fsys.writes(n.ino)
 	n.mu.Lock()
-	if n.opens == 0 {
+	switch {
+	case n.seenValid && n.seenAt == written:
+		if a.Size == n.seen.size && (setMtime || a.Mtime.Equal(n.seen.mtime)) {
+			n.seen = versionOf(a)
+		}
+	case n.opens == 0:
 		n.seen, n.seenValid, n.seenAt = versionOf(a), true, written
-	} else {
+	default:
 		n.seenValid = false
 	}
 	n.mu.Unlock()

@@ -266,6 +266,41 @@ func TestWritebackHardLinks(t *testing.T) {
 	assert.Equal(t, "v2, longer still", read(a))
 }
 
+// TestWritebackLateRelease: the kernel sends a close's RELEASE later,
+// asynchronously, and a SETATTR may come before it (here a chmod; often
+// the write-back of the times the kernel keeps). Another client's change
+// after the close must still reach the next open: the SETATTR leaves
+// the kernel agreeing with the target, not with a file open here.
+func TestWritebackLateRelease(t *testing.T) {
+	mnt, m := mountMem(t, writeback)
+	p := filepath.Join(mnt, "f")
+	let := m.holdReleases(t)
+	require.NoError(t, os.WriteFile(p, []byte("v0"), 0o644))
+	a, err := m.Lookup(context.Background(), RootIno, "f")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(p, 0o640))
+	ctx := context.Background()
+	h, err := m.Open(ctx, a.Ino, syscall.O_RDWR) // the other client
+	require.NoError(t, err)
+	_, err = m.Write(ctx, a.Ino, h, []byte("v1, longer"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, "v1, longer", readString(t, p))
+	let()
+	require.NoError(t, m.Release(ctx, a.Ino, h))
+}
+
+// TestWritebackSetattrAfterOtherClient: a SETATTR whose reply shows
+// another client's change of the data (here a chmod after a rewrite)
+// does not make that change the kernel's: the next open still sees it.
+func TestWritebackSetattrAfterOtherClient(t *testing.T) {
+	mnt, m, a := wbFile(t, "f", "v0")
+	p := filepath.Join(mnt, "f")
+	require.Equal(t, "v0", readString(t, p))
+	rewrite(t, m, a.Ino, "v1, longer", false)
+	require.NoError(t, os.Chmod(p, 0o640))
+	assert.Equal(t, "v1, longer", readString(t, p))
+}
+
 // TestWritebackRemovedFile: the kernel writes back the times it keeps
 // of a file it wrote also after the file is gone; a syncfs must not fail
 // on that.
