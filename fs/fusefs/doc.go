@@ -54,7 +54,11 @@
 //
 // Attributes and names are cached by the kernel for Options.AttrTimeout
 // and Options.EntryTimeout; failed lookups are not cached, so a file
-// another client creates is visible at once. File data is cached in the
+// another client creates is visible at once. The mount itself caches one
+// answer for AttrTimeout: that a file has no security.capability, which
+// the kernel asks before a file's first write and every chown (the
+// target drops capabilities on write, truncate and chown itself, so the
+// answer only spares the round trip; node.go, capsXattr). File data is cached in the
 // kernel's page cache and is consistent with close-to-open semantics
 // across clients: every open first fetches the attributes from the
 // target, and the kernel keeps its cached pages (FOPEN_KEEP_CACHE) only

@@ -401,6 +401,59 @@ func TestXattrErrnos(t *testing.T) {
 	assert.ErrorIs(t, unix.Removexattr(f, "user.b"), syscall.ENODATA)
 }
 
+// capValue is a security.capability value (VFS_CAP_REVISION_2,
+// effective, CAP_NET_BIND_SERVICE permitted).
+var capValue = []byte{1, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+// TestCapabilityCache: the kernel's killpriv checks (a GETXATTR of
+// security.capability before the first write after it refreshed a
+// file's attributes, and before every chown) cost a file made here
+// with O_EXCL no round trip, and cost any file one per AttrTimeout.
+// This mount's setcap and removal are seen at once, another client's
+// setcap within AttrTimeout.
+func TestCapabilityCache(t *testing.T) {
+	prereq.Root(t, "chown and setcap")
+	ctx := context.Background()
+	mnt, m := mountMem(t, writeback)
+	p := filepath.Join(mnt, "f")
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	require.NoError(t, err)
+	_, err = f.Write([]byte("data"))
+	require.NoError(t, err)
+	require.NoError(t, f.Chown(0, 0))
+	require.NoError(t, f.Close())
+	require.NoError(t, os.Chown(p, 0, 0))
+	assert.Zero(t, m.count("GetXattr"), "a new file has no capabilities")
+
+	require.NoError(t, unix.Setxattr(p, capsXattr, capValue, 0))
+	n, err := unix.Getxattr(p, capsXattr, nil)
+	require.NoError(t, err, "this mount's setcap is seen at once")
+	assert.Equal(t, len(capValue), n)
+	require.NoError(t, unix.Removexattr(p, capsXattr))
+	for range 2 {
+		_, err = unix.Getxattr(p, capsXattr, nil)
+		assert.ErrorIs(t, err, syscall.ENODATA, "this mount's removal is seen at once")
+	}
+	calls := m.count("GetXattr")
+	require.NoError(t, os.Chown(p, 0, 0))
+	assert.Equal(t, calls, m.count("GetXattr"), "an answer of none is kept")
+
+	o := cached
+	o.AttrTimeout = 200 * time.Millisecond
+	mnt, m = mountMem(t, o)
+	p = filepath.Join(mnt, "g")
+	require.NoError(t, os.WriteFile(p, nil, 0o644))
+	a, err := m.Lookup(ctx, RootIno, "g")
+	require.NoError(t, err)
+	_, err = unix.Getxattr(p, capsXattr, nil)
+	require.ErrorIs(t, err, syscall.ENODATA)
+	require.NoError(t, m.SetXattr(ctx, a.Ino, capsXattr, capValue, 0)) // another client
+	require.Eventually(t, func() bool {
+		n, err := unix.Getxattr(p, capsXattr, nil)
+		return err == nil && n == len(capValue)
+	}, 10*time.Second, 10*time.Millisecond, "another client's setcap is seen within AttrTimeout")
+}
+
 // TestStaleEntry: a file another client removed while the kernel caches
 // its name is gone, not an error about staleness.
 func TestStaleEntry(t *testing.T) {

@@ -135,7 +135,7 @@ func mount(ctx context.Context, c Client, mountpoint string, o Options) (*fuse.S
 		Logger:          o.Logger,
 	}
 	fsys := &fileSystem{c: c, entryTimeout: entry, guardedEntries: allowOther && !o.DefaultPermissions, writeBehind: o.WriteBehind && !o.WritebackCache,
-		writeback: o.WritebackCache}
+		writeback: o.WritebackCache, attrTimeout: attr}
 	n := &node{fsys: fsys, ino: RootIno}
 	n.mode.Store(root.Mode)
 	if o.Readers > 0 {

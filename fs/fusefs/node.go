@@ -41,6 +41,10 @@ type fileSystem struct {
 	nodes     map[Ino]int    // the nodes go-fuse keeps of each inode number (writeback.go, keep)
 	// wbBytes is the bytes of write-behind buffers taken (writebehind.go).
 	wbBytes atomic.Int64
+	// attrTimeout is how long the kernel may cache attributes
+	// (Options.AttrTimeout), and the mount that a file has no
+	// security.capability (noCaps).
+	attrTimeout time.Duration
 }
 
 // node is one inode of the mount: a directory, regular file, symlink or
@@ -84,6 +88,9 @@ type node struct {
 	// gone: this mount removed the file's last name (writeback.go,
 	// unlinked).
 	gone atomic.Bool
+	// noCapsUntil is until when (monoNow) the file is known to have no
+	// security.capability (noCaps); 0: not known.
+	noCapsUntil atomic.Int64
 
 	locks lockTable // fcntl and flock locks of this mount's opens
 
@@ -481,6 +488,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, e
 	}
 	uid, gid := caller(ctx)
+	sent := monoNow()
 	a, h, err := n.fsys.c.Create(opContext(ctx), n.ino, name, mode, uid, gid, int(flags))
 	if err != nil {
 		return nil, nil, 0, errnoOf(err)
@@ -495,6 +503,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	if c != nil {
 		c.opened()
+		if flags&syscall.O_EXCL != 0 {
+			c.capsAbsentSince(sent) // a new file
+		}
 	}
 	return child, newFileHandle(ctx, h, flags), 0, 0
 }
@@ -872,17 +883,61 @@ func xattrReply(v, dest []byte) (uint32, syscall.Errno) {
 	return uint32(copy(dest, v)), 0
 }
 
+// The kernel asks for security.capability before the first write after
+// it refreshed a file's attributes and before every chown, to learn
+// whether it must remove the file's capabilities (its killpriv check):
+// two of the ten round trips each file of an untar costs. The target
+// drops capabilities itself on write, truncate and chown
+// (CAP_HANDLE_KILLPRIV_V2), so the answer decides nothing there; it is
+// cached as the kernel caches attributes. A file made here with O_EXCL
+// has none, and a GETXATTR that found none holds for attrTimeout from
+// when it was sent; this mount's own SETXATTR or REMOVEXATTR of the name
+// forgets it. Another client's setcap shows here within attrTimeout, as
+// its chmod does.
+const capsXattr = "security.capability"
+
+// monoEpoch anchors monoNow.
+var monoEpoch = time.Now()
+
+// monoNow is a monotonic clock in nanoseconds, for cache deadlines.
+func monoNow() int64 { return int64(time.Since(monoEpoch)) }
+
+// noCaps reports whether n is known to have no security.capability.
+func (n *node) noCaps() bool {
+	until := n.noCapsUntil.Load()
+	return until != 0 && monoNow() < until
+}
+
+// capsAbsentSince records that n had no security.capability at monotonic
+// time t.
+func (n *node) capsAbsentSince(t int64) {
+	if d := n.fsys.attrTimeout; d > 0 {
+		n.noCapsUntil.Store(t + int64(d))
+	}
+}
+
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if attr == capsXattr && n.noCaps() {
+		return 0, syscall.ENODATA
+	}
 	n.drain(false) // a write drops security.capability
+	sent := monoNow()
 	v, err := n.fsys.c.GetXattr(opContext(ctx), n.ino, attr)
 	if err != nil {
-		return 0, errnoOf(err)
+		e := errnoOf(err)
+		if attr == capsXattr && e == syscall.ENODATA {
+			n.capsAbsentSince(sent)
+		}
+		return 0, e
 	}
 	return xattrReply(v, dest)
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	n.drain(false)
+	if attr == capsXattr {
+		n.noCapsUntil.Store(0)
+	}
 	return errnoOf(n.fsys.c.SetXattr(opContext(ctx), n.ino, attr, data, flags))
 }
 
@@ -901,5 +956,8 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	n.drain(false)
+	if attr == capsXattr {
+		n.noCapsUntil.Store(0)
+	}
 	return errnoOf(n.fsys.c.RemoveXattr(opContext(ctx), n.ino, attr))
 }
