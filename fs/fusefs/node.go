@@ -61,7 +61,7 @@ type node struct {
 	// OnForget. Guarded by fsys.incMu.
 	kept bool
 
-	mu sync.Mutex // guards seen, seenValid, opens, openedOnce and changes
+	mu sync.Mutex // guards seen, seenValid, opens, openedOnce, changes and capsGen
 	// seen is the data-relevant part of the attributes at the last open
 	// (size, mtime, ctime); the kernel's page cache of the file holds
 	// data no older than that. It is cleared when this mount changes the
@@ -89,8 +89,10 @@ type node struct {
 	// unlinked).
 	gone atomic.Bool
 	// noCapsUntil is until when (monoNow) the file is known to have no
-	// security.capability (noCaps); 0: not known.
+	// security.capability (noCaps); 0: not known. capsGen counts this
+	// mount's changes of that xattr; both are written under mu.
 	noCapsUntil atomic.Int64
+	capsGen     uint64
 
 	locks lockTable // fcntl and flock locks of this mount's opens
 
@@ -504,7 +506,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if c != nil {
 		c.opened()
 		if flags&syscall.O_EXCL != 0 {
-			c.capsAbsentSince(sent) // a new file
+			_, gen := c.capsQuery()
+			c.capsAbsent(sent, gen) // a file just made has none
 		}
 	}
 	return child, newFileHandle(ctx, h, flags), 0, 0
@@ -908,12 +911,36 @@ func (n *node) noCaps() bool {
 	return until != 0 && monoNow() < until
 }
 
-// capsAbsentSince records that n had no security.capability at monotonic
-// time t.
-func (n *node) capsAbsentSince(t int64) {
-	if d := n.fsys.attrTimeout; d > 0 {
+// capsQuery returns the monotonic time and this mount's count of its
+// changes of n's security.capability, taken before a call that may find
+// it absent.
+func (n *node) capsQuery() (t int64, gen uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return monoNow(), n.capsGen
+}
+
+// capsAbsent records that a call sent at (t, gen) of capsQuery found no
+// security.capability, unless this mount changed it since.
+func (n *node) capsAbsent(t int64, gen uint64) {
+	d := n.fsys.attrTimeout
+	if d <= 0 {
+		return
+	}
+	n.mu.Lock()
+	if n.capsGen == gen {
 		n.noCapsUntil.Store(t + int64(d))
 	}
+	n.mu.Unlock()
+}
+
+// capsChanging forgets what noCaps knows, before this mount changes n's
+// security.capability.
+func (n *node) capsChanging() {
+	n.mu.Lock()
+	n.capsGen++
+	n.noCapsUntil.Store(0)
+	n.mu.Unlock()
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
@@ -921,12 +948,12 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 		return 0, syscall.ENODATA
 	}
 	n.drain(false) // a write drops security.capability
-	sent := monoNow()
+	sent, gen := n.capsQuery()
 	v, err := n.fsys.c.GetXattr(opContext(ctx), n.ino, attr)
 	if err != nil {
 		e := errnoOf(err)
 		if attr == capsXattr && e == syscall.ENODATA {
-			n.capsAbsentSince(sent)
+			n.capsAbsent(sent, gen)
 		}
 		return 0, e
 	}
@@ -936,7 +963,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	n.drain(false)
 	if attr == capsXattr {
-		n.noCapsUntil.Store(0)
+		n.capsChanging()
 	}
 	return errnoOf(n.fsys.c.SetXattr(opContext(ctx), n.ino, attr, data, flags))
 }
@@ -957,7 +984,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	n.drain(false)
 	if attr == capsXattr {
-		n.noCapsUntil.Store(0)
+		n.capsChanging()
 	}
 	return errnoOf(n.fsys.c.RemoveXattr(opContext(ctx), n.ino, attr))
 }
