@@ -262,9 +262,12 @@ record() {
 
 # meta MOUNT DIR runs the metadata workload in DIR, prints its rates and
 # appends a benchmark line for each ("meta create=R stat=R unlink=R
-# create-stat-unlink=R").
+# create-stat-unlink=R). It syncs first, so that no mount's run shares
+# the disk with the write-back of what ran before it (the write cases
+# leave hundreds of MiB dirty).
 meta() {
 	local line kv
+	sync
 	line="$(bin/fusebench meta --files "$meta_files" "$2")"
 	printf '   %-14s %s\n' "$1" "${line#meta }"
 	for kv in ${line#meta }; do
