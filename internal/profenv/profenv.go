@@ -11,6 +11,7 @@
 package profenv
 
 import (
+	"io"
 	"os"
 	"runtime/pprof"
 	"runtime/trace"
@@ -21,23 +22,27 @@ import (
 // command exits.
 func Start() (stop func()) {
 	var stops []func()
-	if path := os.Getenv("CAPSULE_CPUPROFILE"); path != "" {
-		if f, err := os.Create(path); err == nil {
-			if pprof.StartCPUProfile(f) == nil {
-				stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
-			} else {
-				f.Close()
-			}
+	for _, p := range []struct {
+		env         string
+		start       func(io.Writer) error
+		stopProfile func()
+	}{
+		{"CAPSULE_CPUPROFILE", pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{"CAPSULE_TRACE", trace.Start, trace.Stop},
+	} {
+		path := os.Getenv(p.env)
+		if path == "" {
+			continue
 		}
-	}
-	if path := os.Getenv("CAPSULE_TRACE"); path != "" {
-		if f, err := os.Create(path); err == nil {
-			if trace.Start(f) == nil {
-				stops = append(stops, func() { trace.Stop(); f.Close() })
-			} else {
-				f.Close()
-			}
+		f, err := os.Create(path)
+		if err != nil {
+			continue
 		}
+		if p.start(f) != nil {
+			f.Close()
+			continue
+		}
+		stops = append(stops, func() { p.stopProfile(); f.Close() })
 	}
 	return func() {
 		for _, s := range stops {
