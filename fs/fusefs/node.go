@@ -944,15 +944,20 @@ func (n *node) capsChanging() {
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if attr == capsXattr && n.noCaps() {
+	caps := attr == capsXattr
+	if caps && n.noCaps() {
 		return 0, syscall.ENODATA
 	}
 	n.drain(false) // a write drops security.capability
-	sent, gen := n.capsQuery()
+	var sent int64
+	var gen uint64
+	if caps {
+		sent, gen = n.capsQuery()
+	}
 	v, err := n.fsys.c.GetXattr(opContext(ctx), n.ino, attr)
 	if err != nil {
 		e := errnoOf(err)
-		if attr == capsXattr && e == syscall.ENODATA {
+		if caps && e == syscall.ENODATA {
 			n.capsAbsent(sent, gen)
 		}
 		return 0, e
