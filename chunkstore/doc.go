@@ -5,7 +5,7 @@
 //
 //	s, err := chunkstore.CreateDirs(chunkstore.DeviceDirs("data", chunkstore.DefaultGeometry))
 //	v, err := s.CreateVolume("ns1", 1<<30)
-//	v.WriteAt(p, off)            // in the log's memory until Sync, or durable now with WriteAtFlags(p, off, FUA)
+//	v.WriteAt(p, off)            // in memory (the write cache or the log's) until Sync, or durable now with WriteAtFlags(p, off, FUA)
 //	v.ReadAt(p, off)             // io.ReaderAt; zeros where never written
 //	s.Sync()                     // NVMe Flush
 //	s.Scrub(ctx, ScrubOptions{}) // verify every shard, repair what it can
@@ -247,6 +247,44 @@
 // the stripes and journal records written since the last checkpoint
 // (below). Unmaps, chunk record changes and device changes are not in
 // the log; a Sync after one is a checkpoint.
+//
+// # The write cache
+//
+// With WithWriteCache, volumes put a write-back cache of host data before
+// the log (wcache.go), as ZFS keeps a transaction group's dirty data in
+// memory until it syncs: a write of whole 4 KiB pages (the NVMe LBA size
+// may be 512 bytes; hosts write pages nearly always) is copied into it
+// and returns. A page written again while cached is overwritten in
+// memory, so it reaches the log once however often the host rewrote it:
+// a file system's journal, a database's hot pages and a 1 MiB sequential
+// overwrite of a volume smaller than the cache all write each block once
+// per flush interval, where without the cache each write took log space
+// and, before its slot could be reused, a checkpoint's sync. Pages leave
+// for the log (destaging: the cached pages of one region, a full stripe
+// of data, in address order, through the normal write path) at Sync and
+// Close, when they have waited DefaultWriteCacheExpire (5 s, ZFS's
+// transaction group interval), and, oldest regions first, while the
+// cache is more than half full. A write that finds no room, a FUA write,
+// a write not of whole pages, WriteZeroes and Discard go past the cache
+// to the log; cached pages they overlap take their bytes too (so a later
+// destage writes nothing older), and pages they cover whole leave the
+// cache once they are done. A region is destaged and a write goes past
+// the cache under the same region lock, never both at once, so an older
+// cached page never reaches the log after a newer write past it.
+//
+// Nothing changes for durability: a write is durable after the next
+// Sync, at once with FUA (which makes only itself durable, not the
+// cache), and a crash loses at most what was written since the last Sync,
+// each page old or new, as it may without the cache (VWC=1). Memory:
+// at most the budget, in 2 MiB slabs mapped outside the Go heap with
+// huge pages (a first touch of fresh memory costs a hypervisor exit per
+// page on a VM, about 11 µs for each 4 KiB), held while in use and for a
+// minute after the cache last took a page; the target's default is a
+// tenth of the machine's memory, at most 4 GiB (ZFS's default for a
+// pool's dirty data). Reads look the range up in the cache (one map
+// lookup a page, skipped while the cache is empty) and read the rest
+// from the store; a page leaves the cache only after the store has it.
+// Chunks do not use the cache: the file service batches its own writes.
 //
 // # Checkpoints
 //
@@ -543,12 +581,13 @@
 // the devices after it, holding the read gate shared from before it lets
 // lmu go; freeing slots takes the gate exclusively, so no slot is reused
 // under a read. Sealed stripes are written by goroutines of their own;
-// the cleaner and the background committer are one goroutine each, from
-// Open to Close. Scrub, RepairQueued and Rebuild run beside normal I/O,
+// the cleaner, the background committer and (with a write cache) the
+// destager are one goroutine each, from Open to Close. Scrub, RepairQueued and Rebuild run beside normal I/O,
 // holding the gate while they examine and repair a stripe.
 //
 // Lock order (each mutex's comment says what it guards):
 //
+//	wcache.regionLocks[i] (a write cache's region, ascending)
 //	Store.commitMu
 //	  → Volume.locks[i] (a partly written sector) / chunkTable.locks[i]
 //	    → Store.flushMu

@@ -50,6 +50,8 @@ type options struct {
 	idleAfter   time.Duration // WithIdleCompaction; 0: never
 	journal     int64         // WithJournalSize
 	metaLog     bool          // WithMetaLog
+	wcache      int64         // WithWriteCache
+	wcExpire    time.Duration // how long a page may wait in the write cache
 }
 
 // WithMetaLog keeps the metadata replicas in the log format (meta.log:
@@ -81,7 +83,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 
 func buildOptions(opts []Option) (options, error) {
 	o := options{geo: DefaultGeometry, unit: DefaultStripeUnit, commit: DefaultAutoCommit, overprov: DefaultOverProvision,
-		idleProv: DefaultIdleOverProvision, idleAfter: DefaultIdleAfter, journal: DefaultJournalSize}
+		idleProv: DefaultIdleOverProvision, idleAfter: DefaultIdleAfter, journal: DefaultJournalSize, wcExpire: DefaultWriteCacheExpire}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -105,6 +107,9 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if err := validJournalSize(o.journal); err != nil {
 		return o, err
+	}
+	if o.wcache < 0 {
+		return o, fmt.Errorf("%w: write cache of %d bytes", ErrInvalidOption, o.wcache)
 	}
 	return o, nil
 }
@@ -145,6 +150,12 @@ type Store struct {
 
 	chunks chunkTable
 	repair repairQueue
+	// wpool holds the volumes' write caches (wcache.go); nil without
+	// WithWriteCache. The destager writes them out in the background: it
+	// is kicked by wcKick and closes wcDone when it returns.
+	wpool  *wpool
+	wcKick chan struct{}
+	wcDone chan struct{}
 	stats  counters
 	bufs   bufferPool
 
@@ -333,7 +344,7 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 	if len(devs) == 0 {
 		return nil, fmt.Errorf("%w: no devices", ErrInvalidArgument)
 	}
-	s := &Store{log: o.logger, opts: o}
+	s := &Store{log: o.logger, opts: o, wpool: newWpool(o.wcache)}
 	s.ckptKick, s.cleanKick = make(chan struct{}, 1), make(chan struct{}, 1)
 	s.alloc.commitAt, s.alloc.kick = o.commit, s.ckptKick
 	s.lcond = sync.NewCond(&s.lmu)
@@ -478,6 +489,12 @@ func Open(devs []vfs.FS, opts ...Option) (*Store, error) {
 	s.stop, s.bgDone, s.cleanDone = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go s.autoCommit()
 	go s.cleaner()
+	s.wcKick, s.wcDone = make(chan struct{}, 1), make(chan struct{})
+	if s.wpool != nil {
+		go s.destager()
+	} else {
+		close(s.wcDone)
+	}
 	if len(replayed) > 0 || journaled > 0 {
 		s.log.Info("chunkstore: rolled the log forward", "stripes", len(replayed), "journal records", journaled)
 	}
@@ -751,13 +768,24 @@ func (s *Store) Close() error {
 	if s.closed.Load() {
 		return nil
 	}
-	err := s.commit()
+	err := s.flushCaches()
+	if cerr := s.commit(); err == nil {
+		err = cerr
+	}
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	close(s.stop)
 	<-s.bgDone
 	<-s.cleanDone
+	<-s.wcDone
+	if p := s.wpool; p != nil {
+		p.mu.Lock()
+		if p.used == 0 { // else a write raced with Close: leave its slabs be
+			p.freeSlabsLocked()
+		}
+		p.mu.Unlock()
+	}
 	s.lmu.Lock()
 	s.lcond.Broadcast() // appenders waiting for room see the store closed
 	s.lmu.Unlock()
@@ -784,6 +812,9 @@ func (s *Store) checkOpen() error {
 // record or a device change waits too, it is a checkpoint (commit).
 func (s *Store) Sync() error {
 	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if err := s.flushCaches(); err != nil {
 		return err
 	}
 	s.lmu.Lock()

@@ -113,6 +113,12 @@ type Stats struct {
 	IdleBytes    int64
 	Compactions  int64
 	SlotsPunched int64
+	// WriteCacheBytes is the volumes' data in the write cache now
+	// (WithWriteCache), not yet in the log; WriteCacheDestaged counts
+	// what went from the cache to the log since Open. Data written again
+	// while cached reaches the log once.
+	WriteCacheBytes    int64
+	WriteCacheDestaged int64
 	// DeviceSyncs counts the fdatasyncs of shard files, and SharedFlushes
 	// the flushes of a disk that write-backs and one of those served for
 	// all its devices (vfs.SharedFlush): a 4 KiB FUA write costs one
@@ -147,6 +153,11 @@ func (s *Store) Stats() Stats {
 		DeviceBytes:      c.deviceBytes.Load(),
 		JournalRecords:   c.journalRecords.Load(),
 		JournalBytes:     c.journalBytes.Load(),
+	}
+	if p := s.wpool; p != nil {
+		p.mu.Lock()
+		st.WriteCacheBytes, st.WriteCacheDestaged = int64(p.used)*SectorSize, p.destaged
+		p.mu.Unlock()
 	}
 	s.lmu.Lock()
 	st.LiveBytes = s.liveTotal * SectorSize

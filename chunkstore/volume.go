@@ -39,13 +39,19 @@ type Volume struct {
 	// locks[sector % stripeLocks]. Taken before Store.lmu.
 	locks [stripeLocks]sync.Mutex
 
+	// wc is the volume's write cache (wcache.go); nil without
+	// WithWriteCache.
+	wc *wcache
+
 	// deleted is set once DeleteVolume has committed; guarded by mu.
 	mu      sync.Mutex
 	deleted bool
 }
 
 func newVolume(s *Store, name string, r volumeRecord) *Volume {
-	return &Volume{s: s, name: name, owner: r.Owner, size: r.Size, created: time.Unix(0, r.Created)}
+	v := &Volume{s: s, name: name, owner: r.Owner, size: r.Size, created: time.Unix(0, r.Created)}
+	v.wc = newWcache(s, v)
+	return v
 }
 
 // VolumeInfo describes a volume.
@@ -160,6 +166,9 @@ func (s *Store) DeleteVolume(name string) error {
 	v.mu.Lock()
 	v.deleted = true
 	v.mu.Unlock()
+	if v.wc != nil {
+		v.wc.dropAll()
+	}
 	s.volMu.Lock()
 	delete(s.vols, name)
 	delete(s.volByOwner, v.owner)
@@ -222,7 +231,13 @@ func (v *Volume) ReadAt(p []byte, off int64) (int, error) {
 	if off+n > v.size {
 		n, eof = v.size-off, io.EOF
 	}
-	if err := v.s.readBytes(v.owner, p[:n], off); err != nil {
+	var err error
+	if v.wc != nil {
+		err = v.wc.read(p[:n], off)
+	} else {
+		err = v.s.readBytes(v.owner, p[:n], off)
+	}
+	if err != nil {
 		return 0, v.gone(err)
 	}
 	return int(n), eof
@@ -254,8 +269,19 @@ func (v *Volume) WriteAtFlags(p []byte, off int64, flags WriteFlags) (int, error
 	if err := v.usable(); err != nil {
 		return 0, err
 	}
-	v.s.throttle()
-	if err := v.s.writeBytes(v.owner, &v.locks, p, off, flags&FUA != 0); err != nil {
+	write := func() error {
+		v.s.throttle()
+		return v.s.writeBytes(v.owner, &v.locks, p, off, flags&FUA != 0)
+	}
+	var err error
+	switch {
+	case v.wc == nil:
+		err = write()
+	case flags&FUA == 0 && len(p) > 0 && off%SectorSize == 0 && len(p)%SectorSize == 0 && v.wc.write(p, off):
+	default:
+		err = v.wc.through(off, off+int64(len(p)), func(dst []byte, lo, hi int64) { copy(dst, p[lo-off:hi-off]) }, write)
+	}
+	if err != nil {
 		return 0, v.gone(err)
 	}
 	return len(p), nil
@@ -281,6 +307,14 @@ func (v *Volume) WriteZeroes(off, n int64, flags WriteFlags) error {
 	if err := v.usable(); err != nil {
 		return err
 	}
+	if v.wc != nil {
+		return v.wc.through(off, off+n, func(dst []byte, _, _ int64) { clear(dst) }, func() error { return v.writeZeroes(off, n, flags) })
+	}
+	return v.writeZeroes(off, n, flags)
+}
+
+// writeZeroes is WriteZeroes in the store.
+func (v *Volume) writeZeroes(off, n int64, flags WriteFlags) error {
 	v.s.throttle()
 	end := off + n
 	first := (off + SectorSize - 1) / SectorSize * SectorSize

@@ -97,6 +97,9 @@ type serveConfig struct {
 	// file system (chunkstore.WithIdleCompaction), 0 never.
 	OverProvision  float64
 	IdleCompaction time.Duration
+	// WriteCache is the memory the store's volumes may hold written data
+	// in before it goes to the log (chunkstore.WithWriteCache); 0 none.
+	WriteCache int64
 
 	// RPCSocket is the admin socket's path; "" is DATA/capsule.sock.
 	RPCSocket string
@@ -197,6 +200,7 @@ func defaultServeConfig() serveConfig {
 		ScrubRate:      defaultScrubRate,
 		ScrubInterval:  defaultScrubInterval,
 		OverProvision:  chunkstore.DefaultOverProvision,
+		WriteCache:     defaultWriteCache(),
 		IdleCompaction: chunkstore.DefaultIdleAfter,
 		Cluster:        clusterConfig{EtcdListen: defaultEtcdListen, HeadTTL: defaultHeadTTL, RebuildRate: defaultRebuildRate},
 	}
@@ -297,6 +301,9 @@ func (c *serveConfig) Validate() error {
 		}
 		if c.IdleCompaction < 0 {
 			return fmt.Errorf("--idle-compaction %s: want 0 (never) or a positive duration", c.IdleCompaction)
+		}
+		if c.WriteCache < 0 {
+			return fmt.Errorf("--write-cache %d: want 0 (none) or a size such as 1GiB", c.WriteCache)
 		}
 	}
 	if err := checkMetricsAddr(c.Metrics); err != nil {
@@ -428,6 +435,8 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 				Usage: "time from the end of one full background scrub pass to the start of the next"},
 			&cli.Float64Flag{Name: "over-provision", Value: d.OverProvision,
 				Usage: "dead space the store's cleaner lets a busy store hold, as a `FRACTION` of its live data (0.05 to 16): more saves writes, less saves space"},
+			&cli.StringFlag{Name: "write-cache", Value: "auto",
+				Usage: "memory in `BYTES` (e.g. 1GiB) that ec: namespaces may hold written data in until a flush, a FUA write or " + chunkstore.DefaultWriteCacheExpire.String() + " pass; 0 none; auto is a tenth of the machine's memory, at most 4GiB"},
 			&cli.DurationFlag{Name: "idle-compaction", Value: d.IdleCompaction,
 				Usage: "after this long without I/O, compact the store to 1.1 × its live data and punch its free space out of the shard files; 0 never"},
 			&cli.StringFlag{Name: "nqn", Value: d.NQN, Usage: "NQN of the subsystem"},
@@ -479,6 +488,9 @@ func serveConfigFromFlags(c *cli.Context) (serveConfig, error) {
 	}
 	var err error
 	if cfg.Cluster, err = clusterConfigFromFlags(c); err != nil {
+		return cfg, err
+	}
+	if cfg.WriteCache, err = parseWriteCache(c.String("write-cache")); err != nil {
 		return cfg, err
 	}
 	for _, f := range subsystemFlags {
@@ -699,7 +711,8 @@ func openServeStore(cfg serveConfig, log *slog.Logger) (*chunkstore.Store, error
 	if cfg.OverProvision != 0 {
 		opts = append(opts, chunkstore.WithOverProvision(cfg.OverProvision))
 	}
-	opts = append(opts, chunkstore.WithIdleCompaction(chunkstore.DefaultIdleOverProvision, cfg.IdleCompaction))
+	opts = append(opts, chunkstore.WithIdleCompaction(chunkstore.DefaultIdleOverProvision, cfg.IdleCompaction),
+		chunkstore.WithWriteCache(cfg.WriteCache))
 	s, err := chunkstore.OpenOrCreateDirs(dirs, opts...)
 	if errors.Is(err, chunkstore.ErrFormatV1) {
 		return nil, formatV1Error(cfg.DataDir)

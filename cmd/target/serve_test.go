@@ -114,13 +114,17 @@ func TestServeFlags(t *testing.T) {
 	assert.Equal(t, "nqn.2026-11.io.capsule:default", cfg.NQN)
 	assert.Equal(t, "./data", cfg.DataDir)
 	assert.Equal(t, 512, cfg.BlockSize)
+	assert.Equal(t, defaultWriteCache(), cfg.WriteCache)
+	assert.Positive(t, cfg.WriteCache, "auto: a tenth of the memory")
+	assert.LessOrEqual(t, cfg.WriteCache, int64(maxAutoWriteCache))
 
 	cfg, err = parseServe(t, "--listen", "iwarp://0.0.0.0:4420", "--listen", "shm://other",
 		"--namespace", "mem:512MiB", "--namespace", "file:disk.img:1GiB", "--data", "/srv/capsule",
 		"--nqn", "nqn.2026-11.io.capsule:box", "--allow-host", "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555551",
 		"--allow-host", "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555552", "--block-size", "4096", "--namespace", "ec:vol1:2GiB",
 		"--ec", "2+1", "--device", "/d0", "--device", "/d1", "--device", "/d2",
-		"--scrub-rate", "100MiB/s", "--scrub-interval", "1h", "--over-provision", "0.5", "--idle-compaction", "10s")
+		"--scrub-rate", "100MiB/s", "--scrub-interval", "1h", "--over-provision", "0.5", "--idle-compaction", "10s",
+		"--write-cache", "512MiB")
 	require.NoError(t, err)
 	assert.Equal(t, serveConfig{
 		Listeners: []string{"iwarp://0.0.0.0:4420", "shm://other"},
@@ -137,6 +141,7 @@ func TestServeFlags(t *testing.T) {
 		ScrubInterval:  time.Hour,
 		OverProvision:  0.5,
 		IdleCompaction: 10 * time.Second,
+		WriteCache:     512 << 20,
 		SubsystemFlags: []string{"listen", "namespace", "nqn", "allow-host"},
 		Cluster:        clusterConfig{EtcdListen: defaultEtcdListen, HeadTTL: defaultHeadTTL, RebuildRate: defaultRebuildRate},
 	}, cfg, "an allow-list, so not any host")
@@ -189,6 +194,7 @@ func TestServeFlagValidation(t *testing.T) {
 		{[]string{"--scrub-interval", "0s"}, "--scrub-interval"},
 		{[]string{"--over-provision", "0.01"}, "--over-provision 0.01: want 0.05 to 16"},
 		{[]string{"--idle-compaction", "-1s"}, "--idle-compaction"},
+		{[]string{"--write-cache", "lots"}, "--write-cache"},
 		{[]string{"--metrics", "9464"}, "--metrics 9464: want HOST:PORT"},
 		{[]string{"--metrics", "127.0.0.1:http"}, "the port must be a number"},
 	} {

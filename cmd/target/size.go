@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // parseSize reads a byte count written as 4096, 4k, 64KiB, 512MiB or 1GiB
@@ -49,4 +50,32 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("size %q: too large", s)
 	}
 	return n * mul, nil
+}
+
+// maxAutoWriteCache bounds --write-cache auto, as ZFS bounds its dirty
+// data (zfs_dirty_data_max_max).
+const maxAutoWriteCache = 4 << 30
+
+// defaultWriteCache is --write-cache auto: a tenth of the machine's
+// memory, at most maxAutoWriteCache, in whole MiB (ZFS's default for the
+// data a pool may hold dirty before it syncs).
+func defaultWriteCache() int64 {
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) != nil {
+		return 0
+	}
+	n := int64(si.Totalram) * int64(si.Unit) / 10
+	return min(n, maxAutoWriteCache) &^ (1<<20 - 1)
+}
+
+// parseWriteCache reads --write-cache: auto, 0, or a size.
+func parseWriteCache(s string) (int64, error) {
+	if strings.EqualFold(strings.TrimSpace(s), "auto") {
+		return defaultWriteCache(), nil
+	}
+	n, err := parseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("--write-cache: %w", err)
+	}
+	return n, nil
 }

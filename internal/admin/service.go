@@ -857,6 +857,7 @@ func statsJSON(st chunkstore.Stats) map[string]any {
 		"device_bytes": st.DeviceBytes, "write_amplification": st.WriteAmplification,
 		"idle_bytes": st.IdleBytes, "compactions": st.Compactions, "slots_punched": st.SlotsPunched,
 		"journal_records": st.JournalRecords, "journal_bytes": st.JournalBytes,
+		"write_cache_bytes": st.WriteCacheBytes, "write_cache_destaged": st.WriteCacheDestaged,
 	}
 }
 

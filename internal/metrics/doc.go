@@ -75,6 +75,8 @@
 //	capsule_store_idle_cleaner_bytes_total              counter    data the cleaner's idle passes moved
 //	capsule_store_compactions_total                     counter    idle passes finished (each with a trimming checkpoint)
 //	capsule_store_slots_punched_total                   counter    free slots given back to the file system, per device
+//	capsule_store_write_cache_bytes                     gauge      volume data in the write cache, not yet in the log
+//	capsule_store_write_cache_destaged_bytes_total      counter    data written from the write cache to the log
 //	capsule_scrub_running                               gauge      1 while a full pass runs
 //	capsule_scrub_passes_total                          counter    full passes finished
 //	capsule_scrub_pass_stripes, capsule_scrub_pass_stripes_done gauge  scrub progress: of the running pass, stripes in all and checked

@@ -140,6 +140,7 @@ type collector struct {
 	storeSlotsFree, storeStripesOpen, storeCleanerBytes, storeHostBytes       desc
 	storeDeviceBytes, storeWriteAmp                                           desc
 	storeIdleBytes, storeCompactions, storeSlotsPunched                       desc
+	storeWCBytes, storeWCDestaged                                             desc
 	storeJournalRecords, storeJournalBytes                                    desc
 
 	scrubRunning, scrubPasses, scrubPassStripes, scrubPassDone, scrubLastPass desc
@@ -203,6 +204,8 @@ func newCollector(src Sources) *collector {
 		storeDeviceBytes:     newDesc(C, "store_device_bytes_total", "Bytes written to the shard and journal files since the store was opened."),
 		storeWriteAmp:        newDesc(G, "store_write_amplification", "Device bytes written per host byte since the store was opened (0 before any write)."),
 		storeIdleBytes:       newDesc(C, "store_idle_cleaner_bytes_total", "Data the cleaner's idle passes moved (part of store_cleaner_bytes_total)."),
+		storeWCBytes:         newDesc(G, "store_write_cache_bytes", "Volume data in the write cache, not yet in the log."),
+		storeWCDestaged:      newDesc(C, "store_write_cache_destaged_bytes_total", "Data written from the write cache to the log since the store was opened."),
 		storeCompactions:     newDesc(C, "store_compactions_total", "Idle passes finished, each with its trimming checkpoint."),
 		storeSlotsPunched:    newDesc(C, "store_slots_punched_total", "Free slots whose blocks trimming checkpoints gave back to the file system, counted per device."),
 		storeJournalRecords:  newDesc(C, "store_journal_records_total", "Flushes that made the open stripe's data durable in the journal instead of a short stripe."),
@@ -251,6 +254,7 @@ func (c *collector) descs() []desc {
 		c.storeAutoCommits, c.storeLive, c.storeDead, c.storeSlotsUsed,
 		c.storeSlotsFree, c.storeStripesOpen, c.storeCleanerBytes, c.storeHostBytes,
 		c.storeDeviceBytes, c.storeWriteAmp, c.storeIdleBytes, c.storeCompactions, c.storeSlotsPunched,
+		c.storeWCBytes, c.storeWCDestaged,
 		c.storeJournalRecords, c.storeJournalBytes,
 		c.scrubRunning, c.scrubPasses, c.scrubPassStripes, c.scrubPassDone, c.scrubLastPass,
 		c.scrubChecked, c.scrubDamaged, c.scrubRepaired, c.scrubUnrecoverable,
@@ -417,6 +421,8 @@ func (c *collector) collectStore(s *chunkstore.Store, emit emitFunc) {
 	emit(c.storeSlotsPunched, float64(st.SlotsPunched))
 	emit(c.storeJournalRecords, float64(st.JournalRecords))
 	emit(c.storeJournalBytes, float64(st.JournalBytes))
+	emit(c.storeWCBytes, float64(st.WriteCacheBytes))
+	emit(c.storeWCDestaged, float64(st.WriteCacheDestaged))
 }
 
 func (c *collector) collectScrub(st *ScrubStats, emit emitFunc) {

@@ -1,0 +1,283 @@
+package chunkstore
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// withWriteCacheExpire sets how long a page may wait in the write cache.
+func withWriteCacheExpire(d time.Duration) Option {
+	return func(o *options) { o.wcExpire = d }
+}
+
+// TestWriteCacheModel runs random writes (page-aligned, unaligned and
+// FUA), write-zeroes and discards against a volume with a write cache of
+// one 2 MiB slab (smaller than the volume, so writes also find it full
+// and bypass it), with Syncs between, and compares every read with a
+// model of the bytes. After Close and Open the store holds the model
+// exactly.
+func TestWriteCacheModel(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 0x57a6e))
+			td := newTestDevices(t, 6)
+			opts := testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20), withWriteCacheExpire(time.Duration(seed)*time.Millisecond))
+			s := mustCreate(t, td, opts...)
+			const size = 4 << 20
+			v, err := s.CreateVolume("v", size)
+			require.NoError(t, err)
+			model := make([]byte, size)
+			for op := range 400 {
+				off := r.Int64N(size)
+				n := 1 + r.Int64N(min(size-off, 96<<10))
+				if r.IntN(2) == 0 { // whole pages, which the cache takes
+					off = off / SectorSize * SectorSize
+					n = (n + SectorSize - 1) / SectorSize * SectorSize
+					n = min(n, size-off)
+				}
+				switch k := r.IntN(20); {
+				case k < 14:
+					p := randBytes(r, int(n))
+					var flags WriteFlags
+					if k == 0 {
+						flags = FUA
+					}
+					_, err := v.WriteAtFlags(p, off, flags)
+					require.NoError(t, err)
+					copy(model[off:], p)
+				case k < 16:
+					require.NoError(t, v.WriteZeroes(off, n, 0))
+					clear(model[off : off+n])
+				case k < 18:
+					require.NoError(t, v.Discard(off, n))
+					clear(model[off : off+n])
+				case k < 19:
+					require.NoError(t, v.Sync())
+					require.Zero(t, s.Stats().WriteCacheBytes, "a Sync empties the cache")
+				default:
+					got := make([]byte, size)
+					_, err := v.ReadAt(got, 0)
+					require.NoError(t, err)
+					require.True(t, bytes.Equal(model, got), "op %d: the whole volume", op)
+				}
+				lo := r.Int64N(size)
+				got := make([]byte, 1+r.Int64N(min(size-lo, 200<<10)))
+				_, err := v.ReadAt(got, lo)
+				require.NoError(t, err)
+				require.True(t, bytes.Equal(model[lo:lo+int64(len(got))], got), "op %d: read of %d at %d", op, len(got), lo)
+			}
+			st := s.Stats()
+			require.Positive(t, st.WriteCacheDestaged, "the cache wrote something out")
+			require.NoError(t, s.Close())
+			s = mustOpen(t, td, opts...)
+			v, err = s.OpenVolume("v")
+			require.NoError(t, err)
+			got := make([]byte, size)
+			_, err = v.ReadAt(got, 0)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(model, got), "after Close and Open")
+			requireClean(t, s)
+			require.NoError(t, s.Close())
+		})
+	}
+}
+
+// TestWriteCacheCoalesces: a page written many times between Syncs
+// reaches the log once.
+func TestWriteCacheCoalesces(t *testing.T) {
+	td := newTestDevices(t, 6)
+	s := mustCreate(t, td, testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20))...)
+	defer s.Close()
+	v, err := s.CreateVolume("v", 1<<20)
+	require.NoError(t, err)
+	before := s.Stats()
+	p := make([]byte, 2*SectorSize)
+	for i := range 1000 {
+		p[0] = byte(i)
+		_, err := v.WriteAt(p, 8*SectorSize)
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(len(p)), s.Stats().WriteCacheBytes)
+	require.Equal(t, before.HostBytes, s.Stats().HostBytes, "nothing reached the log before the Sync")
+	require.NoError(t, v.Sync())
+	after := s.Stats()
+	require.Equal(t, int64(len(p)), after.WriteCacheDestaged)
+	require.Equal(t, before.HostBytes+int64(len(p)), after.HostBytes)
+	got := make([]byte, len(p))
+	_, err = v.ReadAt(got, 8*SectorSize)
+	require.NoError(t, err)
+	require.Equal(t, byte(999%256), got[0])
+}
+
+// TestWriteCacheDurability: after a crash, data synced (or written with
+// FUA) is there, and data cached and not synced is either there or as
+// before, never anything else; the volume's other pages are untouched.
+func TestWriteCacheDurability(t *testing.T) {
+	td := newTestDevices(t, 6)
+	opts := testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20))
+	s := mustCreate(t, td, opts...)
+	v, err := s.CreateVolume("v", 1<<20)
+	require.NoError(t, err)
+	page := func(b byte) []byte { return bytes.Repeat([]byte{b}, SectorSize) }
+	for pg := range 8 {
+		_, err := v.WriteAt(page(1), int64(pg)*SectorSize)
+		require.NoError(t, err)
+	}
+	require.NoError(t, v.Sync())
+	_, err = v.WriteAt(page(2), 0)
+	require.NoError(t, err)
+	_, err = v.WriteAtFlags(page(3), SectorSize, FUA)
+	require.NoError(t, err)
+	_, err = v.WriteAt(page(4), 2*SectorSize) // cached, then a FUA of part of it
+	require.NoError(t, err)
+	_, err = v.WriteAtFlags([]byte{5, 5}, 2*SectorSize+100, FUA)
+	require.NoError(t, err)
+	require.NoError(t, v.Discard(3*SectorSize, SectorSize))
+	require.NoError(t, v.Sync())
+	_, err = v.WriteAt(page(6), 4*SectorSize) // cached, never synced
+	require.NoError(t, err)
+	_, err = v.WriteAt(page(7), 5*SectorSize)
+	require.NoError(t, err)
+	require.NoError(t, v.WriteZeroes(5*SectorSize, SectorSize, 0)) // its cached page takes the zeros
+	got := make([]byte, SectorSize)
+	_, err = v.ReadAt(got, 5*SectorSize)
+	require.NoError(t, err)
+	require.Equal(t, page(0), got)
+	td.clock.Crash() // the power goes: Close writes nothing more
+	_ = s.Close()
+	td.crash()
+
+	s = mustOpen(t, td, opts...)
+	defer s.Close()
+	v, err = s.OpenVolume("v")
+	require.NoError(t, err)
+	read := func(pg int) []byte {
+		b := make([]byte, SectorSize)
+		_, err := v.ReadAt(b, int64(pg)*SectorSize)
+		require.NoError(t, err)
+		return b
+	}
+	require.Equal(t, page(2), read(0))
+	require.Equal(t, page(3), read(1))
+	want := page(4)
+	want[100], want[101] = 5, 5
+	require.Equal(t, want, read(2))
+	require.Equal(t, page(0), read(3))
+	require.Contains(t, [][]byte{page(1), page(6)}, read(4))
+	require.Contains(t, [][]byte{page(1), page(0)}, read(5))
+	require.Equal(t, page(1), read(6))
+	requireClean(t, s)
+}
+
+// TestWriteCacheExpires: cached pages reach the log by themselves after
+// the expiry, with no Sync.
+func TestWriteCacheExpires(t *testing.T) {
+	td := newTestDevices(t, 6)
+	s := mustCreate(t, td, testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20), withWriteCacheExpire(time.Millisecond))...)
+	defer s.Close()
+	v, err := s.CreateVolume("v", 1<<20)
+	require.NoError(t, err)
+	_, err = v.WriteAt(make([]byte, 3*SectorSize), 0)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return s.Stats().WriteCacheBytes == 0 }, 30*time.Second, 10*time.Millisecond)
+	require.Equal(t, int64(3*SectorSize), s.Stats().WriteCacheDestaged)
+}
+
+// TestWriteCacheConcurrent: writers of interleaved pages, readers, Syncs
+// and the destager all at once (run it with -race). Each writer owns
+// every fourth page and checks its pages read back as it last wrote them;
+// after Close the store holds every writer's last bytes.
+func TestWriteCacheConcurrent(t *testing.T) {
+	td := newTestDevices(t, 6)
+	opts := testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20), withWriteCacheExpire(time.Millisecond))
+	s := mustCreate(t, td, opts...)
+	const pages, writers = 1024, 4
+	v, err := s.CreateVolume("v", pages*SectorSize)
+	require.NoError(t, err)
+	last := make([][]byte, pages)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers+1)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for i := range 300 {
+				pg := int64(r.IntN(pages/writers)*writers + w)
+				p := randBytes(r, SectorSize)
+				var flags WriteFlags
+				if i%17 == 0 {
+					flags = FUA
+				}
+				if _, err := v.WriteAtFlags(p, pg*SectorSize, flags); err != nil {
+					errs <- err
+					return
+				}
+				last[pg] = p
+				got := make([]byte, SectorSize)
+				if _, err := v.ReadAt(got, pg*SectorSize); err != nil || !bytes.Equal(got, p) {
+					errs <- fmt.Errorf("writer %d: page %d did not read back (%v)", w, pg, err)
+					return
+				}
+				if i%50 == 0 {
+					if err := v.Sync(); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { // whole-volume reads beside them
+		defer wg.Done()
+		buf := make([]byte, pages*SectorSize)
+		for range 20 {
+			if _, err := v.ReadAt(buf, 0); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
+	s = mustOpen(t, td, opts...)
+	defer s.Close()
+	v, err = s.OpenVolume("v")
+	require.NoError(t, err)
+	for pg, p := range last {
+		if p == nil {
+			p = make([]byte, SectorSize)
+		}
+		got := make([]byte, SectorSize)
+		_, err := v.ReadAt(got, int64(pg)*SectorSize)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(p, got), "page %d", pg)
+	}
+	requireClean(t, s)
+}
+
+// TestWriteCacheDeletedVolume: deleting a volume gives its cached pages
+// back.
+func TestWriteCacheDeletedVolume(t *testing.T) {
+	td := newTestDevices(t, 6)
+	s := mustCreate(t, td, testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20))...)
+	defer s.Close()
+	v, err := s.CreateVolume("v", 1<<20)
+	require.NoError(t, err)
+	_, err = v.WriteAt(make([]byte, 16*SectorSize), 0)
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteVolume("v"))
+	require.Zero(t, s.Stats().WriteCacheBytes)
+	require.NoError(t, s.Sync())
+}
