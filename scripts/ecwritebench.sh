@@ -61,6 +61,7 @@
 # the commit whose bin/target runs the v1 engine (d04816e, the last before
 # the log; "" leaves it out, as does a clone without it), CASES the
 # cases to run (all: "seqwrite randwrite randread fua write-amp space"),
+# TARGET_ARGS more flags for bin/target serve (say "--write-cache 0"),
 # BENCH_OUT.
 # Needs fio, nbdsh (python3-libnbd), python3.
 set -euo pipefail
@@ -144,7 +145,7 @@ shm="shm://ecwrite-$$"
 # No file service (--fs ""): nothing but the two namespaces writes to the disk.
 start "$work/target.log" "capsule target ready" target bin/target serve --listen "$shm" --data "$data" \
 	--scrub-rate 0 --fs "" --ec "$geometry" \
-	--namespace "ec:ecwrite:${size_mib}MiB" --namespace "file:file.img:${size_mib}MiB"
+	--namespace "ec:ecwrite:${size_mib}MiB" --namespace "file:file.img:${size_mib}MiB" ${TARGET_ARGS:-}
 target_pid="${pids[-1]}"
 declare -A uri=() bridge=() tpid=([capsule-ec]="$target_pid" [capsule-file]="$target_pid")
 paths=(capsule-ec capsule-file)
