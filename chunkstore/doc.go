@@ -277,9 +277,9 @@
 // cache), and a crash loses at most what was written since the last Sync,
 // each page old or new, as it may without the cache (VWC=1). Memory:
 // at most the budget, in 2 MiB slabs mapped outside the Go heap with
-// huge pages (a first touch of fresh memory costs a hypervisor exit per
-// page on a VM, about 11 µs for each 4 KiB), held while in use and for a
-// minute after the cache last took a page; the target's default is a
+// huge pages (the first touch of fresh memory faults once a page, and
+// on a virtual machine each fault is an exit to the hypervisor), held
+// while in use and for a minute after the cache last took a page; the target's default is a
 // tenth of the machine's memory, at most 4 GiB (ZFS's default for a
 // pool's dirty data). Reads look the range up in the cache (one map
 // lookup a page, skipped while the cache is empty) and read the rest

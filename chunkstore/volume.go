@@ -26,8 +26,9 @@ const stripeLocks = 64
 // concurrently, on overlapping ranges too: each 4 KiB sector is written
 // whole (a write of part of a sector reads, merges and writes it under a
 // per-sector lock), so a read sees each sector before or after a
-// concurrent write to it. Writes go to the store's log (a volatile write
-// cache): durable after Sync, or at once with FUA.
+// concurrent write to it. Writes go to the volume's write cache
+// (WithWriteCache) or the store's log, both volatile: durable after Sync,
+// or at once with FUA.
 type Volume struct {
 	s       *Store
 	name    string
@@ -254,8 +255,8 @@ func (v *Volume) gone(err error) error {
 
 // WriteAt writes p at off (io.WriterAt). The whole range must lie inside
 // the volume, or nothing is written and the error is ErrOutOfRange. It
-// does not retain p. The data goes to the store's log; it is durable after
-// Sync.
+// does not retain p. The data goes to the write cache or the store's
+// log; it is durable after Sync.
 func (v *Volume) WriteAt(p []byte, off int64) (int, error) {
 	return v.WriteAtFlags(p, off, 0)
 }

@@ -36,6 +36,7 @@ func mountMem(t testing.TB, o Options) (string, *memClient) {
 		m.setFail(0)
 		require.NoError(t, server.Unmount())
 	})
+	watchMount(t, dir)
 	return dir, m
 }
 

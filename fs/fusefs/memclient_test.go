@@ -28,6 +28,9 @@ type memClient struct {
 	// sends late after a file was created and written.
 	releases chan struct{}
 	created  map[Handle]bool
+	// stall, when set, holds every GetXattr until it is closed: a
+	// request the mount never answers (TestWatchdogAborts).
+	stall chan struct{}
 }
 
 // holdReleases makes the Release of handles that Create made wait until
@@ -795,6 +798,11 @@ func (m *memClient) StatFS(ctx context.Context) (StatFS, error) {
 
 func (m *memClient) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, error) {
 	m.mu.Lock()
+	if stall := m.stall; stall != nil {
+		m.mu.Unlock()
+		<-stall
+		m.mu.Lock()
+	}
 	defer m.mu.Unlock()
 	if e := m.called("GetXattr"); e != 0 {
 		return nil, e

@@ -35,6 +35,7 @@ func mountTarget(t testing.TB, url string, o Options) (string, *capfs.Client) {
 		require.NoError(t, srv.Unmount())
 		require.NoError(t, c.Close())
 	})
+	watchMount(t, dir)
 	return dir, c
 }
 

@@ -118,6 +118,7 @@ func TestWritebackForget(t *testing.T) {
 	server, fsys, err := mount(context.Background(), m, mnt, writeback)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, server.Unmount()) })
+	watchMount(t, mnt)
 	ctx := context.Background()
 	// entries reports which of inos the mount still has entries for.
 	entries := func(inos []Ino) (nodes, inc, written []Ino) {
