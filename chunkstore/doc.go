@@ -674,15 +674,18 @@
 //
 // # Tests and benchmarks
 //
-// go test runs the crash test over 100 seeds, crashes during rebuild over
-// 16 and silent corruption over 8, besides the device-loss, rebuild,
-// identity, ENOSPC, concurrency and migration tests (the last on a store
-// the v1 code wrote, testdata/v1-store.tar.gz); CHUNKSTORE_EXTENDED=1 (or
+// go test runs the crash test over 100 seeds (a quarter with a write
+// cache), crashes during rebuild over 16 and silent corruption over 8,
+// besides the device-loss, rebuild, identity, ENOSPC, concurrency, write
+// cache (a model of the bytes, durability across a crash, concurrency)
+// and migration tests (the last on a store the v1 code wrote,
+// testdata/v1-store.tar.gz); CHUNKSTORE_EXTENDED=1 (or
 // -chunkstore.extended) runs ten times as many seeds. Builds with -tags
 // invariants (and -race builds) also check the allocator's invariants (no
 // slot freed twice or while free) and the maps against the summaries
 // after every roll-forward. Benchmarks (bench_test.go) compare 4+2 with
 // 1+0 and with a plain file, degraded with healthy reads, the store's
-// encoding with reedsolomon's, and FUA writes with a plain file's fsync;
-// BENCHMARKS.md has the figures.
+// encoding with reedsolomon's, FUA writes with a plain file's fsync, and
+// sequential overwrites with and without the write cache; BENCHMARKS.md
+// has the figures.
 package chunkstore
