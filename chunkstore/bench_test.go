@@ -234,6 +234,47 @@ func BenchmarkRandRead(b *testing.B) {
 	}
 }
 
+// BenchmarkRandWriteQD8 writes 4 KiB at random over a full 1 GiB 4+2
+// volume from eight goroutines, and syncs at the end: without a write
+// cache, with one of 64 MiB (a sixteenth of the volume, so it is short of
+// room all the time and destages under pressure), and with one larger
+// than the volume.
+func BenchmarkRandWriteQD8(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		bytes int64
+	}{{"cache=none", 0}, {"cache=64MiB", 64 << 20}, {"cache=2GiB", 2 << 30}} {
+		b.Run(c.name, func(b *testing.B) {
+			s, _ := benchStore(b, DefaultGeometry, DefaultStripeUnit, WithWriteCache(c.bytes))
+			const size = 1 << 30
+			p := randBytes(rand.New(rand.NewPCG(4, 4)), benchIO)
+			v := benchVolume(b, s, size, p)
+			if err := v.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(4096)
+			b.ResetTimer()
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(uint64(w), 5))
+					for next.Add(1) <= int64(b.N) {
+						if _, err := v.WriteAt(p[:4096], r.Int64N(size/4096)*4096); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if err := v.Sync(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
 // BenchmarkEncode compares the store's encoding of one full stripe (4+2,
 // 64 KiB units: parity plus the CRC32C of every sector of every shard)
 // with reedsolomon's encoder called directly, its pure-Go fallback, and a

@@ -622,6 +622,11 @@
 //     second process (ErrDeviceBusy), two processes can open one device
 //     with meta.log. Cluster volumes are kept apart by their head lease
 //     and the devices' epoch fence (internal/devsvc), not by this.
+//   - A write cache much smaller than the data a host keeps rewriting
+//     costs a little: it is short of room all the time, one destager
+//     writes out what eight writers put in, and writes that find it full
+//     go past it (BenchmarkRandWriteQD8: a 64 MiB cache before a 1 GiB
+//     volume under random 4 KiB writes).
 //   - A lone flushed 4 KiB sector costs a short stripe: three shard
 //     writes (one data, two parity at 4+2) and a slot for the cleaner to
 //     reclaim.
