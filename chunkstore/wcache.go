@@ -3,6 +3,7 @@ package chunkstore
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -151,11 +152,14 @@ type wentry struct {
 	gen  uint64
 }
 
-// wregion is a region's count of cached pages and when the oldest was
-// cached (monotonic, since the volume's cache was made).
+// wregion is a region's count of cached pages, which they are (a bit a
+// page, so that destaging a region of a few pages looks up only those),
+// and when the oldest was cached (monotonic, since the volume's cache
+// was made).
 type wregion struct {
 	pages int32
 	since time.Duration
+	bits  []uint64
 }
 
 // wcache is one volume's write cache.
@@ -222,8 +226,11 @@ func (c *wcache) write(p []byte, off int64) bool {
 			r := c.regions[pg/c.rpage]
 			if r.pages == 0 {
 				r.since = now
+				r.bits = make([]uint64, (c.rpage+63)/64)
 			}
 			r.pages++
+			i := pg % c.rpage
+			r.bits[i/64] |= 1 << (i % 64)
 			c.regions[pg/c.rpage] = r
 		}
 		c.gen++
@@ -381,6 +388,8 @@ func (c *wcache) through(off, end int64, apply func(dst []byte, lo, hi int64), o
 func (c *wcache) forgetLocked(pg int64, e wentry, freed []int32) []int32 {
 	delete(c.pages, pg)
 	r := c.regions[pg/c.rpage]
+	i := pg % c.rpage
+	r.bits[i/64] &^= 1 << (i % 64)
 	if r.pages--; r.pages == 0 {
 		delete(c.regions, pg/c.rpage)
 	} else {
@@ -396,44 +405,46 @@ func (c *wcache) destage(r int64, buf []byte) error {
 	l.Lock()
 	defer l.Unlock()
 	base := r * c.rpage
-	gens := make([]uint64, c.rpage) // 0: not cached
+	type taken struct {
+		i   int64 // page in the region
+		gen uint64
+	}
 	c.mu.Lock()
-	if c.regions[r].pages == 0 {
+	reg := c.regions[r]
+	if reg.pages == 0 {
 		c.mu.Unlock()
 		return nil
 	}
-	for i := range c.rpage {
-		if e, ok := c.pages[base+i]; ok {
+	pages := make([]taken, 0, reg.pages)
+	for w, word := range reg.bits {
+		for word != 0 {
+			i := int64(w*64 + bits.TrailingZeros64(word))
+			word &= word - 1
+			e := c.pages[base+i]
 			copy(buf[i*SectorSize:], c.pool.page(e.slot))
-			gens[i] = e.gen
+			pages = append(pages, taken{i, e.gen})
 		}
 	}
 	c.mu.Unlock()
 	c.s.throttle() // as any writer: a destager must not outrun the checkpoints
 	var written int64
-	for i := int64(0); i < c.rpage; {
-		if gens[i] == 0 {
-			i++
-			continue
-		}
-		j := i
-		for j < c.rpage && gens[j] != 0 {
+	for k := 0; k < len(pages); {
+		j := k + 1 // pages[k:j] are consecutive
+		for j < len(pages) && pages[j].i == pages[j-1].i+1 {
 			j++
 		}
-		if err := c.s.writeBytes(c.v.owner, &c.v.locks, buf[i*SectorSize:j*SectorSize], (base+i)*SectorSize, false); err != nil {
+		lo, hi := pages[k].i, pages[j-1].i+1
+		if err := c.s.writeBytes(c.v.owner, &c.v.locks, buf[lo*SectorSize:hi*SectorSize], (base+lo)*SectorSize, false); err != nil {
 			return fmt.Errorf("chunkstore: write cache of volume %q: %w", c.v.name, err)
 		}
-		written += (j - i) * SectorSize
-		i = j
+		written += (hi - lo) * SectorSize
+		k = j
 	}
 	var freed []int32
 	c.mu.Lock()
-	for i, g := range gens {
-		if g == 0 {
-			continue
-		}
-		if e, ok := c.pages[base+int64(i)]; ok && e.gen == g {
-			freed = c.forgetLocked(base+int64(i), e, freed)
+	for _, t := range pages {
+		if e, ok := c.pages[base+t.i]; ok && e.gen == t.gen {
+			freed = c.forgetLocked(base+t.i, e, freed)
 		}
 	}
 	if reg, ok := c.regions[r]; ok {
