@@ -622,6 +622,11 @@
 //     second process (ErrDeviceBusy), two processes can open one device
 //     with meta.log. Cluster volumes are kept apart by their head lease
 //     and the devices' epoch fence (internal/devsvc), not by this.
+//   - A Sync writes out what the write cache holds, up to its budget, as
+//     an fsync writes a file's dirty pages: its time grows with what
+//     hosts wrote since the last one. Size the cache to what the disks
+//     write in well under a host's I/O timeout (30 s for Linux's NVMe
+//     host), or turn it off for hosts that flush rarely and time out.
 //   - A write cache much smaller than the data a host keeps rewriting
 //     costs a little: it is short of room all the time, one destager
 //     writes out what eight writers put in, and writes that find it full
