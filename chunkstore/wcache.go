@@ -13,14 +13,14 @@ import (
 // The volumes' write-back cache (WithWriteCache; doc.go, "The write
 // cache"). A volume's writes of whole 4 KiB pages land in memory and
 // return; the store sees them only when they are destaged: at Sync and
-// Close, when a page has waited
-// DefaultWriteCacheExpire, or when the cache runs short of room. A page
+// Close, when a page has waited DefaultWriteCacheExpire, or when the
+// cache runs short of room. A page
 // written again before then costs nothing more, so a host that rewrites
 // the same blocks between flushes (a file system's journal, a database's
 // pages, a guest's hot metadata) writes each once per flush interval.
 //
-// Pages live in slots of a store-wide pool of 1 MiB slabs, at most the
-// budget. Each volume keeps its pages in a map from page number to slot
+// Pages live in slots of a store-wide pool of 2 MiB slabs (wcmem_*.go),
+// at most the budget. Each volume keeps its pages in a map from page number to slot
 // and a generation, and its regions (one full stripe of data each, the
 // unit of destaging) with the time their oldest page was cached.
 //
@@ -43,7 +43,7 @@ const wcSlabPages = wcSlab / SectorSize
 // WithWriteCache gives the store's volumes a write-back cache of up to
 // bytes of data in memory (rounded up to whole 2 MiB; 0, the default,
 // turns it off). Writes of whole 4 KiB pages go to it and return; they
-// reach the log at the next Sync (a Flush, a FUA write, Close), after
+// reach the log at the next Sync (an NVMe Flush) or Close, after
 // DefaultWriteCacheExpire, or when the cache is short of room. The
 // promise does not change: a write is durable after the next Sync or at
 // once with FUA. Chunks do not use it.
@@ -229,8 +229,8 @@ func (c *wcache) write(p []byte, off int64) bool {
 				r.bits = make([]uint64, (c.rpage+63)/64)
 			}
 			r.pages++
-			i := pg % c.rpage
-			r.bits[i/64] |= 1 << (i % 64)
+			b := pg % c.rpage
+			r.bits[b/64] |= 1 << (b % 64)
 			c.regions[pg/c.rpage] = r
 		}
 		c.gen++
@@ -250,15 +250,15 @@ func (c *wcache) write(p []byte, off int64) bool {
 // it, so what the store gives for a page not cached when the cache was
 // looked at is as new as the cache was.
 func (c *wcache) read(p []byte, off int64) error {
+	if c.npages.Load() == 0 {
+		return c.s.readBytes(c.v.owner, p, off)
+	}
 	end := off + int64(len(p))
 	first, last := off/SectorSize, (end-1)/SectorSize
 	var small [4]uint64
 	hit := small[:]
 	if w := int((last-first)/64 + 1); w > len(hit) {
 		hit = make([]uint64, w)
-	}
-	if c.npages.Load() == 0 {
-		return c.s.readBytes(c.v.owner, p, off)
 	}
 	any := false
 	c.mu.Lock()
@@ -470,8 +470,8 @@ func (c *wcache) due(all bool, expire time.Duration, short bool) []int64 {
 	}
 	c.mu.Unlock()
 	slices.SortFunc(list, func(a, b aged) int {
-		if c := cmp.Compare(a.since, b.since); c != 0 {
-			return c
+		if d := cmp.Compare(a.since, b.since); d != 0 {
+			return d
 		}
 		return cmp.Compare(a.r, b.r)
 	})
