@@ -398,6 +398,10 @@ func (c *wcache) forgetLocked(pg int64, e wentry, freed []int32) []int32 {
 	return append(freed, e.slot)
 }
 
+// testHookDestage, when set (by tests), runs in every destage between
+// taking the pages and writing them to the log.
+var testHookDestage func()
+
 // destage writes region r's cached pages to the log and drops those not
 // written again meanwhile.
 func (c *wcache) destage(r int64, buf []byte) error {
@@ -426,6 +430,9 @@ func (c *wcache) destage(r int64, buf []byte) error {
 		}
 	}
 	c.mu.Unlock()
+	if testHookDestage != nil {
+		testHookDestage()
+	}
 	c.s.throttle() // as any writer: a destager must not outrun the checkpoints
 	var written int64
 	for k := 0; k < len(pages); {
