@@ -687,7 +687,8 @@
 // go test runs the crash test over 100 seeds (a quarter with a write
 // cache), crashes during rebuild over 16 and silent corruption over 8,
 // besides the device-loss, rebuild, identity, ENOSPC, concurrency, write
-// cache (a model of the bytes, durability across a crash, concurrency)
+// cache (a model of the bytes, durability across a crash, concurrency,
+// a FUA write held behind a destage of its page)
 // and migration tests (the last on a store the v1 code wrote,
 // testdata/v1-store.tar.gz); CHUNKSTORE_EXTENDED=1 (or
 // -chunkstore.extended) runs ten times as many seeds. Builds with -tags
