@@ -687,10 +687,9 @@
 // go test runs the crash test over 100 seeds (a quarter with a write
 // cache), crashes during rebuild over 16 and silent corruption over 8,
 // besides the device-loss, rebuild, identity, ENOSPC, concurrency, write
-// cache (a model of the bytes, durability across a crash, concurrency,
-// a FUA write held behind a destage of its page)
-// and migration tests (the last on a store the v1 code wrote,
-// testdata/v1-store.tar.gz); CHUNKSTORE_EXTENDED=1 (or
+// cache (a model of the bytes, durability across a crash, concurrency, a
+// FUA write held behind a destage of its page) and migration tests (the
+// last on a store the v1 code wrote, testdata/v1-store.tar.gz); CHUNKSTORE_EXTENDED=1 (or
 // -chunkstore.extended) runs ten times as many seeds. Builds with -tags
 // invariants (and -race builds) also check the allocator's invariants (no
 // slot freed twice or while free) and the maps against the summaries
