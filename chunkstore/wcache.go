@@ -180,6 +180,9 @@ type wcache struct {
 	regions map[int64]wregion
 	gen     uint64
 	slots   []int32 // scratch for take; guarded by mu
+	// dropped: the volume was deleted (dropAll); guarded by mu. A write
+	// that raced the deletion caches nothing afterwards.
+	dropped bool
 }
 
 func newWcache(s *Store, v *Volume) *wcache {
@@ -201,6 +204,10 @@ func (c *wcache) unlock() {
 func (c *wcache) write(p []byte, off int64) bool {
 	first, n := off/SectorSize, int64(len(p)/SectorSize)
 	c.mu.Lock()
+	if c.dropped {
+		c.mu.Unlock()
+		return false // the write goes to the store, which refuses it
+	}
 	missing := 0
 	for i := range n {
 		if _, ok := c.pages[first+i]; !ok {
@@ -519,6 +526,7 @@ func (c *wcache) dropAll() {
 	}
 	clear(c.pages)
 	clear(c.regions)
+	c.dropped = true
 	c.unlock()
 	c.pool.put(freed, 0)
 }

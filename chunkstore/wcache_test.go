@@ -279,6 +279,10 @@ func TestWriteCacheDeletedVolume(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.DeleteVolume("v"))
 	require.Zero(t, s.Stats().WriteCacheBytes)
+	_, err = v.WriteAt(make([]byte, SectorSize), 0)
+	require.ErrorIs(t, err, ErrClosed, "a write through the deleted volume's handle")
+	require.False(t, v.wc.write(make([]byte, SectorSize), 0), "a write that raced the deletion caches nothing")
+	require.Zero(t, s.Stats().WriteCacheBytes)
 	require.NoError(t, s.Sync())
 }
 
