@@ -436,7 +436,7 @@ func serveCommand(run func(context.Context, io.Writer, serveConfig) error) *cli.
 			&cli.Float64Flag{Name: "over-provision", Value: d.OverProvision,
 				Usage: "dead space the store's cleaner lets a busy store hold, as a `FRACTION` of its live data (0.05 to 16): more saves writes, less saves space"},
 			&cli.StringFlag{Name: "write-cache", Value: "auto",
-				Usage: "memory in `BYTES` (e.g. 1GiB) that ec: namespaces may hold written data in until a flush, a FUA write or " + chunkstore.DefaultWriteCacheExpire.String() + " pass; 0 none; auto is a tenth of the machine's memory, at most 4GiB"},
+				Usage: "memory in `BYTES` (e.g. 1GiB) that ec: namespaces may hold written data in until a flush or " + chunkstore.DefaultWriteCacheExpire.String() + " pass; 0 none; auto is a tenth of the machine's memory, at most 4GiB"},
 			&cli.DurationFlag{Name: "idle-compaction", Value: d.IdleCompaction,
 				Usage: "after this long without I/O, compact the store to 1.1 × its live data and punch its free space out of the shard files; 0 never"},
 			&cli.StringFlag{Name: "nqn", Value: d.NQN, Usage: "NQN of the subsystem"},
