@@ -16,6 +16,41 @@ func withWriteCacheExpire(d time.Duration) Option {
 	return func(o *options) { o.wcExpire = d }
 }
 
+// newCached makes a 4+2 store on fresh test devices with a write cache of
+// one slab and the given options, closed when the test ends, and its
+// volume "v" of size bytes.
+func newCached(t *testing.T, size int64, extra ...Option) (*testDevices, []Option, *Store, *Volume) {
+	t.Helper()
+	td := newTestDevices(t, 6)
+	opts := testOpts(Geometry{4, 2}, 4096, append([]Option{WithWriteCache(1 << 20)}, extra...)...)
+	s := mustCreate(t, td, opts...)
+	t.Cleanup(func() { _ = s.Close() })
+	v, err := s.CreateVolume("v", size)
+	require.NoError(t, err)
+	return td, opts, s, v
+}
+
+// reopen closes s, opens the store on td again (closed when the test
+// ends) and returns it with its volume "v".
+func reopen(t *testing.T, s *Store, td *testDevices, opts []Option) (*Store, *Volume) {
+	t.Helper()
+	require.NoError(t, s.Close())
+	s = mustOpen(t, td, opts...)
+	t.Cleanup(func() { _ = s.Close() })
+	v, err := s.OpenVolume("v")
+	require.NoError(t, err)
+	return s, v
+}
+
+// noErrors closes errs and fails on any error in it.
+func noErrors(t *testing.T, errs chan error) {
+	t.Helper()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
 // TestWriteCacheModel runs random writes (page-aligned, unaligned and
 // FUA), write-zeroes and discards against a volume with a write cache of
 // one 2 MiB slab (smaller than the volume, so writes also find it full
@@ -26,12 +61,9 @@ func TestWriteCacheModel(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 0x57a6e))
-			td := newTestDevices(t, 6)
-			opts := testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20), withWriteCacheExpire(time.Duration(seed)*time.Millisecond))
-			s := mustCreate(t, td, opts...)
 			const size = 4 << 20
-			v, err := s.CreateVolume("v", size)
-			require.NoError(t, err)
+			td, opts, s, v := newCached(t, size, withWriteCacheExpire(time.Duration(seed)*time.Millisecond))
+			var err error
 			model := make([]byte, size)
 			for op := range 400 {
 				off := r.Int64N(size)
@@ -74,16 +106,12 @@ func TestWriteCacheModel(t *testing.T) {
 			}
 			st := s.Stats()
 			require.Positive(t, st.WriteCacheDestaged, "the cache wrote something out")
-			require.NoError(t, s.Close())
-			s = mustOpen(t, td, opts...)
-			v, err = s.OpenVolume("v")
-			require.NoError(t, err)
+			s, v = reopen(t, s, td, opts)
 			got := make([]byte, size)
 			_, err = v.ReadAt(got, 0)
 			require.NoError(t, err)
 			require.True(t, bytes.Equal(model, got), "after Close and Open")
 			requireClean(t, s)
-			require.NoError(t, s.Close())
 		})
 	}
 }
@@ -91,11 +119,8 @@ func TestWriteCacheModel(t *testing.T) {
 // TestWriteCacheCoalesces: a page written many times between Syncs
 // reaches the log once.
 func TestWriteCacheCoalesces(t *testing.T) {
-	td := newTestDevices(t, 6)
-	s := mustCreate(t, td, testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20))...)
-	defer s.Close()
-	v, err := s.CreateVolume("v", 1<<20)
-	require.NoError(t, err)
+	_, _, s, v := newCached(t, 1<<20)
+	var err error
 	before := s.Stats()
 	p := make([]byte, 2*SectorSize)
 	for i := range 1000 {
@@ -119,11 +144,8 @@ func TestWriteCacheCoalesces(t *testing.T) {
 // FUA) is there, and data cached and not synced is either there or as
 // before, never anything else; the volume's other pages are untouched.
 func TestWriteCacheDurability(t *testing.T) {
-	td := newTestDevices(t, 6)
-	opts := testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20))
-	s := mustCreate(t, td, opts...)
-	v, err := s.CreateVolume("v", 1<<20)
-	require.NoError(t, err)
+	td, opts, s, v := newCached(t, 1<<20)
+	var err error
 	page := func(b byte) []byte { return bytes.Repeat([]byte{b}, SectorSize) }
 	for pg := range 8 {
 		_, err := v.WriteAt(page(1), int64(pg)*SectorSize)
@@ -178,12 +200,8 @@ func TestWriteCacheDurability(t *testing.T) {
 // TestWriteCacheExpires: cached pages reach the log by themselves after
 // the expiry, with no Sync.
 func TestWriteCacheExpires(t *testing.T) {
-	td := newTestDevices(t, 6)
-	s := mustCreate(t, td, testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20), withWriteCacheExpire(time.Millisecond))...)
-	defer s.Close()
-	v, err := s.CreateVolume("v", 1<<20)
-	require.NoError(t, err)
-	_, err = v.WriteAt(make([]byte, 3*SectorSize), 0)
+	_, _, s, v := newCached(t, 1<<20, withWriteCacheExpire(time.Millisecond))
+	_, err := v.WriteAt(make([]byte, 3*SectorSize), 0)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return s.Stats().WriteCacheBytes == 0 }, 30*time.Second, 10*time.Millisecond)
 	require.Equal(t, int64(3*SectorSize), s.Stats().WriteCacheDestaged)
@@ -194,12 +212,8 @@ func TestWriteCacheExpires(t *testing.T) {
 // every fourth page and checks its pages read back as it last wrote them;
 // after Close the store holds every writer's last bytes.
 func TestWriteCacheConcurrent(t *testing.T) {
-	td := newTestDevices(t, 6)
-	opts := testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20), withWriteCacheExpire(time.Millisecond))
-	s := mustCreate(t, td, opts...)
 	const pages, writers = 1024, 4
-	v, err := s.CreateVolume("v", pages*SectorSize)
-	require.NoError(t, err)
+	td, opts, s, v := newCached(t, pages*SectorSize, withWriteCacheExpire(time.Millisecond))
 	last := make([][]byte, pages)
 	var wg sync.WaitGroup
 	errs := make(chan error, writers+1)
@@ -246,15 +260,8 @@ func TestWriteCacheConcurrent(t *testing.T) {
 		}
 	}()
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	require.NoError(t, s.Close())
-	s = mustOpen(t, td, opts...)
-	defer s.Close()
-	v, err = s.OpenVolume("v")
-	require.NoError(t, err)
+	noErrors(t, errs)
+	s, v = reopen(t, s, td, opts)
 	for pg, p := range last {
 		if p == nil {
 			p = make([]byte, SectorSize)
@@ -270,12 +277,8 @@ func TestWriteCacheConcurrent(t *testing.T) {
 // TestWriteCacheDeletedVolume: deleting a volume gives its cached pages
 // back.
 func TestWriteCacheDeletedVolume(t *testing.T) {
-	td := newTestDevices(t, 6)
-	s := mustCreate(t, td, testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20))...)
-	defer s.Close()
-	v, err := s.CreateVolume("v", 1<<20)
-	require.NoError(t, err)
-	_, err = v.WriteAt(make([]byte, 16*SectorSize), 0)
+	_, _, s, v := newCached(t, 1<<20)
+	_, err := v.WriteAt(make([]byte, 16*SectorSize), 0)
 	require.NoError(t, err)
 	require.NoError(t, s.DeleteVolume("v"))
 	require.Zero(t, s.Stats().WriteCacheBytes)
@@ -295,12 +298,9 @@ func TestWriteCacheDeletedVolume(t *testing.T) {
 func TestWriteCacheQuiescent(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			td := newTestDevices(t, 6)
-			opts := testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20), withWriteCacheExpire(time.Duration(seed)*time.Millisecond))
-			s := mustCreate(t, td, opts...)
 			const size = 4 << 20
-			v, err := s.CreateVolume("v", size)
-			require.NoError(t, err)
+			td, opts, s, v := newCached(t, size, withWriteCacheExpire(time.Duration(seed)*time.Millisecond))
+			var err error
 			var wg sync.WaitGroup
 			errs := make(chan error, 4)
 			for w := range 4 {
@@ -336,18 +336,11 @@ func TestWriteCacheQuiescent(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
+			noErrors(t, errs)
 			before := make([]byte, size)
 			_, err = v.ReadAt(before, 0)
 			require.NoError(t, err)
-			require.NoError(t, s.Close())
-			s = mustOpen(t, td, opts...)
-			defer s.Close()
-			v, err = s.OpenVolume("v")
-			require.NoError(t, err)
+			s, v = reopen(t, s, td, opts)
 			after := make([]byte, size)
 			_, err = v.ReadAt(after, 0)
 			require.NoError(t, err)
@@ -366,11 +359,8 @@ func TestWriteCacheQuiescent(t *testing.T) {
 // before it is let go, and the page reads as the FUA write left it, also
 // after Close and Open.
 func TestWriteCacheDestageOrder(t *testing.T) {
-	td := newTestDevices(t, 6)
-	opts := testOpts(Geometry{4, 2}, 4096, WithWriteCache(1<<20))
-	s := mustCreate(t, td, opts...)
-	v, err := s.CreateVolume("v", 1<<20)
-	require.NoError(t, err)
+	td, opts, s, v := newCached(t, 1<<20)
+	var err error
 	old, fua := bytes.Repeat([]byte{1}, SectorSize), bytes.Repeat([]byte{2}, SectorSize)
 	_, err = v.WriteAt(old, 0)
 	require.NoError(t, err)
@@ -402,11 +392,7 @@ func TestWriteCacheDestageOrder(t *testing.T) {
 	_, err = v.ReadAt(got, 0)
 	require.NoError(t, err)
 	require.Equal(t, fua, got)
-	require.NoError(t, s.Close())
-	s = mustOpen(t, td, opts...)
-	defer s.Close()
-	v, err = s.OpenVolume("v")
-	require.NoError(t, err)
+	_, v = reopen(t, s, td, opts)
 	_, err = v.ReadAt(got, 0)
 	require.NoError(t, err)
 	require.Equal(t, fua, got)
