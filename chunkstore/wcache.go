@@ -152,14 +152,22 @@ type wentry struct {
 	gen  uint64
 }
 
-// wregion is a region's count of cached pages, which they are (a bit a
-// page, so that destaging a region of a few pages looks up only those),
-// and when the oldest was cached (monotonic, since the volume's cache
-// was made).
+// wregion is which pages of a region are cached (a bit a page, so that
+// destaging a region of a few pages looks up only those), and when the
+// oldest was cached (monotonic, since the volume's cache was made). A
+// region in the map has at least one page.
 type wregion struct {
-	pages int32
 	since time.Duration
 	bits  []uint64
+}
+
+// count returns how many pages of the region are cached.
+func (r wregion) count() int {
+	n := 0
+	for _, w := range r.bits {
+		n += bits.OnesCount64(w)
+	}
+	return n
 }
 
 // wcache is one volume's write cache.
@@ -230,12 +238,11 @@ func (c *wcache) write(p []byte, off int64) bool {
 		e, ok := c.pages[pg]
 		if !ok {
 			e.slot, slots = slots[0], slots[1:]
-			r := c.regions[pg/c.rpage]
-			if r.pages == 0 {
+			r, ok := c.regions[pg/c.rpage]
+			if !ok {
 				r.since = now
 				r.bits = make([]uint64, (c.rpage+63)/64)
 			}
-			r.pages++
 			b := pg % c.rpage
 			r.bits[b/64] |= 1 << (b % 64)
 			c.regions[pg/c.rpage] = r
@@ -302,28 +309,27 @@ func (c *wcache) read(p []byte, off int64) error {
 	return nil
 }
 
+// A mask of region locks is one uint64: this fails to compile unless
+// there are 64 of them.
+var _ = [1]int{}[stripeLocks-64]
+
 // lockRange takes the region locks of [off, end), in ascending order, and
-// returns what unlocks them.
-func (c *wcache) lockRange(off, end int64) func() {
-	var take [stripeLocks]bool
+// returns which, for unlockRange.
+func (c *wcache) lockRange(off, end int64) (held uint64) {
 	rb := c.rpage * SectorSize
-	for r := off / rb; r <= (end-1)/rb; r++ {
-		take[r%stripeLocks] = true
-		if r-off/rb >= stripeLocks {
-			break
-		}
+	for r := off / rb; r <= (end-1)/rb && r-off/rb < stripeLocks; r++ {
+		held |= 1 << (r % stripeLocks)
 	}
-	for i := range take {
-		if take[i] {
-			c.regionLocks[i].Lock()
-		}
+	for w := held; w != 0; w &= w - 1 {
+		c.regionLocks[bits.TrailingZeros64(w)].Lock()
 	}
-	return func() {
-		for i := range take {
-			if take[i] {
-				c.regionLocks[i].Unlock()
-			}
-		}
+	return held
+}
+
+// unlockRange lets go of the region locks lockRange took.
+func (c *wcache) unlockRange(held uint64) {
+	for w := held; w != 0; w &= w - 1 {
+		c.regionLocks[bits.TrailingZeros64(w)].Unlock()
 	}
 }
 
@@ -337,8 +343,7 @@ func (c *wcache) through(off, end int64, apply func(dst []byte, lo, hi int64), o
 	if end <= off {
 		return op()
 	}
-	unlock := c.lockRange(off, end)
-	defer unlock()
+	defer c.unlockRange(c.lockRange(off, end))
 	type touched struct {
 		pg  int64
 		gen uint64
@@ -396,11 +401,9 @@ func (c *wcache) forgetLocked(pg int64, e wentry, freed []int32) []int32 {
 	delete(c.pages, pg)
 	r := c.regions[pg/c.rpage]
 	i := pg % c.rpage
-	r.bits[i/64] &^= 1 << (i % 64)
-	if r.pages--; r.pages == 0 {
+	r.bits[i/64] &^= 1 << (i % 64) // the map's value shares bits
+	if r.count() == 0 {
 		delete(c.regions, pg/c.rpage)
-	} else {
-		c.regions[pg/c.rpage] = r
 	}
 	return append(freed, e.slot)
 }
@@ -421,12 +424,12 @@ func (c *wcache) destage(r int64, buf []byte) error {
 		gen uint64
 	}
 	c.mu.Lock()
-	reg := c.regions[r]
-	if reg.pages == 0 {
+	reg, ok := c.regions[r]
+	if !ok {
 		c.mu.Unlock()
 		return nil
 	}
-	pages := make([]taken, 0, reg.pages)
+	pages := make([]taken, 0, reg.count())
 	for w, word := range reg.bits {
 		for word != 0 {
 			i := int64(w*64 + bits.TrailingZeros64(word))
