@@ -136,7 +136,7 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		FR:        cfg.firmwareRevision,
 		RAB:       6,
 		CMIC:      nvmeof.CMICMultiPort | nvmeof.CMICMultiController | nvmeof.CMICANA,
-		MDTS:      cfg.mdts(),
+		MDTS:      mdts(c.maxTransfer),
 		CNTLID:    c.cntlid,
 		VER:       specVersion,
 		CTRATT:    nvmeof.CTRATTHostID128 | ctrattTBKAS,
@@ -194,7 +194,7 @@ func (c *controller) identify() nvmeof.IdentifyController {
 // 4 KiB pages; Write Zeroes moves no data, but hosts that read WZSL
 // keep to it), no other limit.
 func (c *controller) identifyNVM() nvmeof.IdentifyControllerNVM {
-	return nvmeof.IdentifyControllerNVM{WZSL: c.t.cfg.mdts()}
+	return nvmeof.IdentifyControllerNVM{WZSL: mdts(c.maxTransfer)}
 }
 
 // rescap is RESCAP: every reservation type, IEKEY ignoring CRKEY, and
@@ -233,7 +233,7 @@ func (ns *Namespace) identify() nvmeof.IdentifyNamespace {
 func prepareGetLogPage(r *request) nvmeof.Status {
 	ctrl, c := r.q.ctrl, &r.cmd
 	length := c.LogPageLength()
-	if length > uint64(r.q.t.cfg.maxTransfer) {
+	if length > uint64(r.q.maxTransfer()) {
 		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
 	}
 	if c.OffsetType() {

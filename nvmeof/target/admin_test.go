@@ -47,7 +47,7 @@ func TestIdentifyControllerLinuxChecks(t *testing.T) {
 		assert.Equal(t, DefaultFirmwareRevision, id.FR)
 		assert.Equal(t, testSubNQN, id.SUBNQN)
 		assert.Equal(t, nvmeof.Version2_0, id.VER)
-		assert.Equal(t, uint8(6), id.MDTS, "256 KiB in 4 KiB pages")
+		assert.Equal(t, uint8(8), id.MDTS, "the RDMA binding's 1 MiB in 4 KiB pages")
 		assert.Equal(t, uint8(0x66), id.SQES)
 		assert.Equal(t, uint8(0x44), id.CQES)
 		assert.Equal(t, uint16(DefaultMaxQueueEntries), id.MAXCMD)
@@ -226,7 +226,7 @@ func TestGetLogPage(t *testing.T) {
 		requireStatus(t, nvmeof.StatusInvalidLogPage.WithDNR(), q.do(q.getLogPageCmd(0xc0, 0, 0, 512), nil))
 		requireStatus(t, nvmeof.StatusInvalidLogPage.WithDNR(), q.do(q.getLogPageCmd(nvmeof.LogDiscovery, 0, 0, 1024), nil))
 		c := q.getLogPageCmd(nvmeof.LogErrorInformation, 0, 0, 4096)
-		require.NoError(t, c.SetGetLogPage(nvmeof.LogErrorInformation, 0, DefaultMaxTransfer+4))
+		require.NoError(t, c.SetGetLogPage(nvmeof.LogErrorInformation, 0, DefaultRDMAMaxTransfer+4))
 		requireStatus(t, nvmeof.StatusInvalidField.WithDNR(), q.do(c, nil))
 		// An SGL shorter than NUMD asks for.
 		c = q.getLogPageCmd(nvmeof.LogSMARTHealth, 0, 0, 512)

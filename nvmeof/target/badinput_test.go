@@ -132,7 +132,7 @@ func TestBadInput(t *testing.T) {
 		})
 
 		t.Run("transfer over MDTS", func(t *testing.T) {
-			n := DefaultMaxTransfer/512 + 1
+			n := DefaultRDMAMaxTransfer/512 + 1
 			f.refusedIO(t, nvmeof.StatusInvalidField.WithDNR(), io.do(io.readCmd(1, 0, uint32(n), 0, n*512), nil))
 			f.refusedIO(t, nvmeof.StatusInvalidField.WithDNR(), io.do(io.writeCmd(1, 0, uint32(n), 0, n*512), nil))
 		})

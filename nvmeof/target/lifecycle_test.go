@@ -148,7 +148,8 @@ func TestConfiguration(t *testing.T) {
 	tg, err := New(WithLogger(testLogger(t)), WithMaxTransfer(1<<20), WithInCapsuleDataSize(4096))
 	require.NoError(t, err)
 	defer tg.Close()
-	assert.Equal(t, uint8(8), tg.cfg.mdts())
+	assert.Equal(t, uint8(8), mdts(tg.cfg.maxTransfer))
+	assert.Equal(t, uint8(8), mdts(tg.cfg.rdmaMaxTransfer))
 
 	_, err = tg.AddSubsystem(SubsystemConfig{NQN: ""})
 	assert.ErrorIs(t, err, ErrInvalidNQN)

@@ -45,7 +45,7 @@ func prepareBlocks(r *request, dir nvmeof.DataDirection) nvmeof.Status {
 		return nvmeof.StatusSuccess
 	}
 	bytes := n << ns.blockShift
-	if bytes > uint64(r.q.t.cfg.maxTransfer) {
+	if bytes > uint64(r.q.maxTransfer()) {
 		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW12)
 	}
 	r.dir, r.dataLen = dir, int(bytes)

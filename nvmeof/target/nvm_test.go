@@ -57,7 +57,7 @@ func TestReadWrite(t *testing.T) {
 
 		// Sizes from one block to MDTS: in the capsule buffer and in large
 		// buffers.
-		for i, blocks := range []uint32{1, 8, 16, 17, 64, 256, 512} {
+		for i, blocks := range []uint32{1, 8, 16, 17, 64, 256, 512, 2048} {
 			n := int(blocks) * 512
 			want := randomBytes(uint64(i), n)
 			copy(io.data.Bytes(), want)

@@ -14,7 +14,8 @@ import (
 const (
 	DefaultMaxQueueEntries      = 128
 	DefaultMaxIOQueues          = 16
-	DefaultMaxTransfer          = 256 << 10
+	DefaultMaxTransfer          = 256 << 10 // NVMe/TCP
+	DefaultRDMAMaxTransfer      = 1 << 20   // the RDMA binding: shm, iwarp, rdma
 	DefaultInCapsuleDataSize    = 8192
 	DefaultLargeBuffersPerQueue = 16
 	DefaultIOWorkersPerQueue    = 4
@@ -47,7 +48,8 @@ type config struct {
 	logger               *slog.Logger
 	maxQueueEntries      int
 	maxIOQueues          int
-	maxTransfer          int
+	maxTransfer          int // NVMe/TCP
+	rdmaMaxTransfer      int
 	inCapsuleDataSize    int
 	largeBuffersPerQueue int
 	ioWorkersPerQueue    int
@@ -65,6 +67,7 @@ func defaultConfig() config {
 		maxQueueEntries:      DefaultMaxQueueEntries,
 		maxIOQueues:          DefaultMaxIOQueues,
 		maxTransfer:          DefaultMaxTransfer,
+		rdmaMaxTransfer:      DefaultRDMAMaxTransfer,
 		inCapsuleDataSize:    DefaultInCapsuleDataSize,
 		largeBuffersPerQueue: DefaultLargeBuffersPerQueue,
 		ioWorkersPerQueue:    DefaultIOWorkersPerQueue,
@@ -98,9 +101,15 @@ func WithMaxQueueEntries(n int) Option { return func(c *config) { c.maxQueueEntr
 // Queues (default 16, from 1 to 65534).
 func WithMaxIOQueues(n int) Option { return func(c *config) { c.maxIOQueues = n } }
 
-// WithMaxTransfer sets the largest data transfer of one command, MDTS
-// (default 256 KiB; a power of two from 8 KiB to 8 MiB).
-func WithMaxTransfer(bytes int) Option { return func(c *config) { c.maxTransfer = bytes } }
+// WithMaxTransfer sets the largest data transfer of one command, MDTS, on
+// every binding (a power of two from 8 KiB to 8 MiB). By default it is
+// 1 MiB on the RDMA binding, as Linux's nvmet-rdma has it: each queue's
+// large buffers are that size and limited in number
+// (WithLargeBuffersPerQueue). NVMe/TCP has 256 KiB, since each of its
+// slots keeps a buffer that grows to MDTS on first use.
+func WithMaxTransfer(bytes int) Option {
+	return func(c *config) { c.maxTransfer, c.rdmaMaxTransfer = bytes, bytes }
+}
 
 // WithInCapsuleDataSize sets the in-capsule data a command capsule may
 // carry after its 64-byte SQE (default 8 KiB; a multiple of 16 from 1 KiB,
@@ -190,8 +199,17 @@ func (c *config) validate() error {
 	return nil
 }
 
-// mdts is the MDTS field: log2 of the transfer limit in pages.
-func (c *config) mdts() uint8 { return uint8(bits.TrailingZeros(uint(c.maxTransfer / pageSize))) }
+// transferLimit is the largest data transfer of one command on a binding
+// of type tt.
+func (c *config) transferLimit(tt nvmeof.TransportType) int {
+	if tt == nvmeof.TransportTCP {
+		return c.maxTransfer
+	}
+	return c.rdmaMaxTransfer
+}
+
+// mdts is the MDTS field of a transfer limit: log2 of it in pages.
+func mdts(limit int) uint8 { return uint8(bits.TrailingZeros(uint(limit / pageSize))) }
 
 // capsuleSize is the largest command capsule: SQE plus in-capsule data.
 func (c *config) capsuleSize() int { return nvmeof.CommandSize + c.inCapsuleDataSize }

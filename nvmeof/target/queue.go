@@ -276,6 +276,10 @@ func (q *queue) transportType() nvmeof.TransportType {
 	return nvmeof.TransportRDMA
 }
 
+// maxTransfer is the largest data transfer of one command on q's
+// binding.
+func (q *queue) maxTransfer() int { return q.t.cfg.transferLimit(q.transportType()) }
+
 // closed tells the core that the binding is tearing the queue down: the
 // controller forgets it, and losing the admin queue ends the controller.
 // The binding calls it once, on the queue's goroutine, before it stops the

@@ -116,7 +116,7 @@ func newRDMAQueue(l *rdmaListener, qid uint16, entries int) (_ *rdmaQueue, err e
 	q.core.init(l.t, q, qid, entries)
 	q.core.listener = l.addr
 	q.soft, q.softCancel = context.WithCancel(l.t.ctx)
-	q.large = largePool{regions: &l.regions, size: cfg.maxTransfer, max: cfg.largeBuffersPerQueue,
+	q.large = largePool{regions: &l.regions, size: cfg.rdmaMaxTransfer, max: cfg.largeBuffersPerQueue,
 		waiters: make([]*rdmaSlot, 0, nslots)}
 	defer func() {
 		if err != nil {

@@ -116,7 +116,7 @@ func prepareReservation(r *request) nvmeof.Status {
 			return r.fail(nvmeof.StatusHostIDInconsistentFormat.WithDNR(), nvmeof.CommandOffsetCDW11)
 		}
 		n := (uint64(r.cmd.CDW10) + 1) * 4
-		if n > uint64(r.q.t.cfg.maxTransfer) {
+		if n > uint64(r.q.maxTransfer()) {
 			return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetCDW10)
 		}
 		r.dir, r.dataLen = nvmeof.ControllerToHost, int(n)

@@ -95,7 +95,7 @@ func prepareVendor(r *request) nvmeof.Status {
 		payload = len(r.capsuleData)
 		dir = nvmeof.ControllerToHost
 	}
-	if n > r.q.t.cfg.maxTransfer {
+	if n > r.q.maxTransfer() {
 		return r.fail(nvmeof.StatusInvalidField.WithDNR(), nvmeof.CommandOffsetDPTR)
 	}
 	if st := ns.vendor.PrepareVendor(&r.cmd, n, payload); !st.Success() {
