@@ -580,7 +580,11 @@
 // never across device I/O. A read resolves its sectors under it and reads
 // the devices after it, holding the read gate shared from before it lets
 // lmu go; freeing slots takes the gate exclusively, so no slot is reused
-// under a read. Sealed stripes are written by goroutines of their own;
+// under a read. A read of several shards reads those in the page cache on
+// its own goroutine (preadv2 with RWF_NOWAIT, vfs.NowaitReader) and
+// starts a goroutine for each of the others, which wait for a device;
+// a read under 32 KiB reads every shard on its own goroutine. Sealed
+// stripes are written by goroutines of their own;
 // the cleaner, the background committer and (with a write cache) the
 // destager are one goroutine each, from Open to Close. Scrub, RepairQueued and Rebuild run beside normal I/O,
 // holding the gate while they examine and repair a stripe.

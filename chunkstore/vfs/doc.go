@@ -27,7 +27,10 @@
 // a RangeReader, reading buffers at several offsets in one call: a
 // cluster's remote device (package devsvc) is, so that the store reads a
 // shard's header and a range of its payload in one round trip; the OS
-// and memory files are not (two preads cost little).
+// and memory files are not (two preads cost little). The OS and memory
+// files are NowaitReaders: they read only what is in memory, or answer
+// ErrWouldBlock (preadv2 with RWF_NOWAIT), so that the store starts
+// goroutines only for the reads that wait for a device.
 //
 // # Durability rules
 //

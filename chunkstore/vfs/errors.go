@@ -13,6 +13,9 @@ var (
 	// ErrNotSupported: the implementation cannot do this (HostPath on an
 	// in-memory FS without a host directory).
 	ErrNotSupported = errors.New("vfs: not supported")
+	// ErrWouldBlock: a NowaitReader would have had to wait for the
+	// device.
+	ErrWouldBlock = errors.New("vfs: the read would wait for the device")
 )
 
 // Errors of the simulated file systems.

@@ -650,6 +650,11 @@ func (h *memHandle) ReadAtv(bufs [][]byte, off int64) (int, error) {
 	return ReadAtvLoop(readerAtFunc(h.readAt), bufs, off)
 }
 
+// ReadAtvNowait is ReadAtv: memory never waits.
+func (h *memHandle) ReadAtvNowait(bufs [][]byte, off int64) (int, error) {
+	return h.ReadAtv(bufs, off)
+}
+
 // WriteAtv is one operation: atomic with respect to a crash.
 func (h *memHandle) WriteAtv(bufs [][]byte, off int64) (int, error) {
 	if err := h.begin("write"); err != nil {

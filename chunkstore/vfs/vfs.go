@@ -220,6 +220,17 @@ type RangeReader interface {
 	ReadRanges(bufs [][]byte, offs []int64) (int, error)
 }
 
+// A NowaitReader reads only what is in memory already. ReadAtvNowait is
+// ReadAtv, except that it fails with ErrWouldBlock when it would have to
+// wait for the device: on the OS a preadv2 with RWF_NOWAIT, which reads
+// from the page cache or not at all. What it filled before failing so is
+// not to be used. The store reads the shards of a stripe that are in
+// memory on the calling goroutine and starts goroutines only for the
+// shards that wait for a device.
+type NowaitReader interface {
+	ReadAtvNowait(bufs [][]byte, off int64) (int, error)
+}
+
 // WriteAtvLoop implements WriteAtv with one WriteAt per buffer.
 func WriteAtvLoop(f io.WriterAt, bufs [][]byte, off int64) (int, error) {
 	done := 0

@@ -2,12 +2,14 @@ package server
 
 import (
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/capsule-storage/capsule/chunkstore"
 	"github.com/capsule-storage/capsule/fs/internal/proto"
 	"github.com/capsule-storage/capsule/nvmeof"
 	"github.com/capsule-storage/capsule/nvmeof/target"
@@ -151,4 +153,54 @@ func BenchmarkOpenNamespace(b *testing.B) {
 		n++
 	}
 	b.ReportMetric(float64(3*files*n)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkServerReadLarge is the server's share of a 1 MiB sequential
+// read of a file on OS device directories (chunkstore.DefaultGeometry,
+// the default block size) whose shards are all in the page cache, the
+// case of R6′'s 1 MiB reads: ExecuteVendor alone, no transport. The
+// directories are under CAPSULE_BENCH_DIR, or the test's temporary
+// directory. It reports the read rate and the process's CPU per read.
+func BenchmarkServerReadLarge(b *testing.B) {
+	base := os.Getenv("CAPSULE_BENCH_DIR")
+	if base == "" {
+		base = b.TempDir()
+	} else {
+		var err error
+		base, err = os.MkdirTemp(base, "server-bench-")
+		require.NoError(b, err)
+		b.Cleanup(func() { os.RemoveAll(base) })
+	}
+	st, err := chunkstore.CreateDirs(chunkstore.DeviceDirs(base, chunkstore.DefaultGeometry))
+	require.NoError(b, err)
+	defer st.Close()
+	s, err := Open(st, Options{})
+	require.NoError(b, err)
+	defer s.Close()
+	const size, bs = 64 << 20, 1 << 20
+	f, h, err := s.create(rootCred, root, []byte("f"), 0o644, 0, 0, 0)
+	require.NoError(b, err)
+	defer s.release(f.Ino, h)
+	for off := int64(0); off < size; off += bs {
+		_, err = s.write(rootCred, f.Ino, off, make([]byte, bs), false)
+		require.NoError(b, err)
+	}
+	require.NoError(b, st.Sync())
+	cmd := &nvmeof.Command{Opcode: proto.OpRead, MPTR: proto.RootCredID, CDW14: bs}
+	cmd.CDW10, cmd.CDW11 = uint32(f.Ino), uint32(f.Ino>>32)
+	vc := &target.VendorCommand{Cmd: cmd, Data: make([]byte, bs)}
+	b.SetBytes(bs)
+	b.ReportAllocs()
+	off := int64(0)
+	cpu0 := processCPU()
+	n := 0
+	for b.Loop() {
+		cmd.CDW12, cmd.CDW13 = uint32(off), uint32(off>>32)
+		if s.ExecuteVendor(vc) != nvmeof.StatusSuccess || vc.DW0 != 0 {
+			b.Fatalf("read: errno %d", vc.DW0)
+		}
+		off = (off + bs) % size
+		n++
+	}
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(n), "cpu-ns/op")
 }
