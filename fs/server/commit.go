@@ -9,8 +9,9 @@ import (
 // copies the tree nodes on the paths it changes. Changes that arrive
 // while a transaction is running are run together in the next one, on
 // the committer goroutine, so that one set of copies covers all of them
-// (a 1 MiB client write is four commands in parallel, each with its own
-// size and time update). A change that finds no transaction running
+// (concurrent writers' size and time updates; a client write larger than
+// MDTS, 256 KiB over NVMe/TCP, is several commands in parallel, each with
+// its own). A change that finds no transaction running
 // and none waiting runs at once on its own goroutine: handing it to the
 // committer and its result back cost two goroutine wake-ups, which
 // dominated a lone create (BenchmarkMetadata).
