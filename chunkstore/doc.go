@@ -479,7 +479,13 @@
 // still in memory, and reads the rest from their slots, each run of
 // sectors contiguous in one slot with one stripe read, which touches only
 // the data shards the run covers and only the sectors it needs (a 4 KiB
-// read reads one header and one sector).
+// read reads one header and one sector, or the sector alone when the
+// shard's header is in the header cache: the sector CRCs and identity of
+// the last 65,536 headers reads decoded, good only for the generation
+// and stripe the read expects, hdrcache.go; the sectors are checked
+// against the cached CRCs as against the header's, so a damaged sector
+// is still found, while a damaged header whose sectors are intact is left
+// to scrub, which reads every header).
 // A shard that is missing (device out of use, or marked missing in the
 // extent), unreadable, of the wrong identity or generation, or whose sector
 // checksum fails, is reconstructed from any K other shards over just the
@@ -570,7 +576,7 @@
 // most of the sequential bandwidth of larger units, while a short stripe
 // (a lone flushed sector) and the slot the cleaner must reclaim stay
 // small, and a random 4 KiB read costs the same at every unit (one header
-// and one sector). BENCHMARKS.md has the figures.
+// and one sector, or one sector). BENCHMARKS.md has the figures.
 //
 // # Concurrency
 //
@@ -597,7 +603,8 @@
 //	    → Store.flushMu
 //	      → Store.lmu
 //	        → chunkTable.mu, Volume.mu, Store.volMu
-//	          → allocator.mu, repairQueue.mu, device.mu (leaves)
+//	          → allocator.mu, repairQueue.mu, device.mu, the header
+//	            cache's locks (leaves)
 //
 // The read gate is taken holding lmu, or nothing; whoever holds it takes
 // no lock above the leaves. No lock is held while waiting for commitMu.

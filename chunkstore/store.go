@@ -158,6 +158,7 @@ type Store struct {
 	wcDone chan struct{}
 	stats  counters
 	bufs   bufferPool
+	hdrs   hdrCache // shard headers reads decoded (hdrcache.go)
 
 	// lmu guards the log (log.go): the open stripe, the stripes being
 	// written, the slot table, every owner's map, the reservation and the

@@ -485,6 +485,51 @@ func (s *Store) readShard(key stripeKey, ext extent, i, a, b int, dst []byte, no
 	}
 	h := s.bufs.hdr()
 	defer s.bufs.putHdr(h)
+	off := s.slotOffset(ext.Slot)
+	var crcs []uint32 // the sectors' CRC32C
+	if a != 0 && s.hdrs.get(key, ext, i, h.crcs[:]) {
+		// The header is known (hdrcache.go): only the sectors.
+		crcs = h.crcs[:sectorsOf(ext.ShardLen)]
+		h.iov[0] = dst
+		var rerr error
+		if nw != nil {
+			_, rerr = nw.ReadAtvNowait(h.iov[:1], off+shardHeaderRegion+int64(a))
+		} else {
+			rerr = vfs.ReadFull(f.data, dst, off+shardHeaderRegion+int64(a))
+		}
+		h.iov[0] = nil // the pool must not keep the caller's buffer
+		if rerr == errWouldBlock {
+			return errWouldBlock
+		}
+		d.reads.Add(1)
+		if rerr != nil {
+			d.errs.Add(1)
+			return &shardError{fault: faultIO, dev: pos, err: rerr}
+		}
+		d.readBytes.Add(int64(len(dst)))
+	} else {
+		var err error
+		if crcs, err = s.readShardHeader(key, ext, i, a, dst, f, nw, h); err != nil {
+			return err
+		}
+	}
+	for sec := a / SectorSize; sec*SectorSize < b; sec++ {
+		lo := sec*SectorSize - a
+		hi := min((sec+1)*SectorSize, b) - a
+		if checksum(dst[lo:hi]) != crcs[sec] {
+			return &shardError{fault: faultChecksum, dev: pos, err: corruptf("sector %d of shard %d fails its checksum", sec, i)}
+		}
+	}
+	return nil
+}
+
+// readShardHeader is readShard's read of the shard's header, with the
+// payload when a is 0 or the device reads both in one call, and of the
+// range [a, a+len(dst)) otherwise; it checks the header, records it in
+// the header cache and returns the sectors' CRCs (in h).
+func (s *Store) readShardHeader(key stripeKey, ext extent, i, a int, dst []byte, f *devFiles, nw vfs.NowaitReader, h *hdrBuf) ([]uint32, error) {
+	pos := s.devOf(ext.Slot, i)
+	d := s.devs[pos]
 	hn := shardHeaderSize(ext.ShardLen)
 	off := s.slotOffset(ext.Slot)
 	var rerr error
@@ -507,7 +552,7 @@ func (s *Store) readShard(key stripeKey, ext extent, i, a, b int, dst []byte, no
 		}
 		h.iov[0], h.iov[1] = nil, nil // the pool must not keep the caller's buffer
 		if rerr == errWouldBlock {
-			return errWouldBlock
+			return nil, errWouldBlock
 		}
 		d.reads.Add(1)
 		d.readBytes.Add(int64(n))
@@ -534,33 +579,27 @@ func (s *Store) readShard(key stripeKey, ext extent, i, a, b int, dst []byte, no
 	}
 	if rerr != nil {
 		d.errs.Add(1)
-		return &shardError{fault: faultIO, dev: pos, err: rerr}
+		return nil, &shardError{fault: faultIO, dev: pos, err: rerr}
 	}
 	hdr, err := decodeShardHeader(h.b[:hn], h.crcs[:])
 	if err != nil {
-		return &shardError{fault: faultHeader, dev: pos, err: err}
+		return nil, &shardError{fault: faultHeader, dev: pos, err: err}
 	}
 	if hdr.Store != s.id || hdr.Owner != key.Owner || hdr.Index != key.Index || hdr.Slot != ext.Slot ||
 		hdr.Gen != ext.Gen || hdr.Shard != i || hdr.Geo != s.geo || hdr.Length != ext.ShardLen {
-		return &shardError{fault: faultHeader, dev: pos, err: corruptf(
+		return nil, &shardError{fault: faultHeader, dev: pos, err: corruptf(
 			"shard header is of stripe %d/%d slot %d gen %d shard %d, want %d/%d slot %d gen %d shard %d",
 			hdr.Owner, hdr.Index, hdr.Slot, hdr.Gen, hdr.Shard, key.Owner, key.Index, ext.Slot, ext.Gen, i)}
 	}
+	s.hdrs.put(&hdr, i)
 	if a != 0 && !ranged {
 		if err := vfs.ReadFull(f.data, dst, off+shardHeaderRegion+int64(a)); err != nil {
 			d.errs.Add(1)
-			return &shardError{fault: faultIO, dev: pos, err: err}
+			return nil, &shardError{fault: faultIO, dev: pos, err: err}
 		}
 		d.readBytes.Add(int64(len(dst)))
 	}
-	for sec := a / SectorSize; sec*SectorSize < b; sec++ {
-		lo := sec*SectorSize - a
-		hi := min((sec+1)*SectorSize, b) - a
-		if checksum(dst[lo:hi]) != hdr.CRCs[sec] {
-			return &shardError{fault: faultChecksum, dev: pos, err: corruptf("sector %d of shard %d fails its checksum", sec, i)}
-		}
-	}
-	return nil
+	return hdr.CRCs, nil
 }
 
 // shardUsable reports whether shard i of ext is worth reading as a first
