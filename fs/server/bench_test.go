@@ -86,22 +86,12 @@ func benchServerRead(b *testing.B, opt Options) {
 			cmd.CDW14 = 4096
 			b.SetBytes(4096)
 		}
-		vc := &target.VendorCommand{Cmd: cmd, Data: data}
-		b.ReportAllocs()
-		off := int64(0)
-		cpu0 := processCPU()
-		n := 0
-		for b.Loop() {
-			cmd.CDW12, cmd.CDW13 = uint32(off), uint32(off>>32)
-			if s.ExecuteVendor(vc) != nvmeof.StatusSuccess || vc.DW0 != 0 {
-				b.Fatalf("%s: errno %d", proto.OpName(op), vc.DW0)
-			}
+		benchVendor(b, s, &target.VendorCommand{Cmd: cmd, Data: data}, func(off int64) int64 {
 			if span > 0 {
 				off = (off + 4096*37) % span
 			}
-			n++
-		}
-		b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(n), "cpu-ns/op")
+			return off
+		})
 	}
 	b.Run("chunked", func(b *testing.B) { run(b, proto.OpRead, proto.RootCredID, f.Ino, size) })
 	b.Run("inline", func(b *testing.B) { run(b, proto.OpRead, proto.RootCredID, small.Ino, 0) })
@@ -188,8 +178,15 @@ func BenchmarkServerReadLarge(b *testing.B) {
 	require.NoError(b, st.Sync())
 	cmd := &nvmeof.Command{Opcode: proto.OpRead, MPTR: proto.RootCredID, CDW14: bs}
 	cmd.CDW10, cmd.CDW11 = uint32(f.Ino), uint32(f.Ino>>32)
-	vc := &target.VendorCommand{Cmd: cmd, Data: make([]byte, bs)}
 	b.SetBytes(bs)
+	benchVendor(b, s, &target.VendorCommand{Cmd: cmd, Data: make([]byte, bs)}, func(off int64) int64 { return (off + bs) % size })
+}
+
+// benchVendor runs vc through ExecuteVendor b.N times, the offset in
+// CDW12-13 from 0 and then from next, and reports the process's CPU per
+// command.
+func benchVendor(b *testing.B, s *Server, vc *target.VendorCommand, next func(off int64) int64) {
+	cmd := vc.Cmd
 	b.ReportAllocs()
 	off := int64(0)
 	cpu0 := processCPU()
@@ -197,9 +194,9 @@ func BenchmarkServerReadLarge(b *testing.B) {
 	for b.Loop() {
 		cmd.CDW12, cmd.CDW13 = uint32(off), uint32(off>>32)
 		if s.ExecuteVendor(vc) != nvmeof.StatusSuccess || vc.DW0 != 0 {
-			b.Fatalf("read: errno %d", vc.DW0)
+			b.Fatalf("%s: errno %d", proto.OpName(cmd.Opcode), vc.DW0)
 		}
-		off = (off + bs) % size
+		off = next(off)
 		n++
 	}
 	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(n), "cpu-ns/op")
