@@ -486,33 +486,77 @@ func (s *Store) readShard(key stripeKey, ext extent, i, a, b int, dst []byte, no
 	h := s.bufs.hdr()
 	defer s.bufs.putHdr(h)
 	off := s.slotOffset(ext.Slot)
+	payload := off + shardHeaderRegion + int64(a)
+	n := 0            // bytes read
+	got := false      // dst was read with the header
 	var crcs []uint32 // the sectors' CRC32C
+	// fault counts the read (nothing is counted before it completes or
+	// fails, so that a nowait read that would block counted nothing).
+	fault := func(kind shardFault, err error) error {
+		d.reads.Add(1)
+		d.readBytes.Add(int64(n))
+		if kind == faultIO {
+			d.errs.Add(1)
+		}
+		return &shardError{fault: kind, dev: pos, err: err}
+	}
 	if a != 0 && s.hdrs.get(key, ext, i, h.crcs[:]) {
 		// The header is known (hdrcache.go): only the sectors.
 		crcs = h.crcs[:sectorsOf(ext.ShardLen)]
-		h.iov[0] = dst
+	} else {
+		hn := shardHeaderSize(ext.ShardLen)
 		var rerr error
-		if nw != nil {
-			_, rerr = nw.ReadAtvNowait(h.iov[:1], off+shardHeaderRegion+int64(a))
-		} else {
-			rerr = vfs.ReadFull(f.data, dst, off+shardHeaderRegion+int64(a))
+		rr, remote := f.data.(vfs.RangeReader)
+		switch {
+		case a == 0:
+			// Header region and payload are contiguous: one read.
+			h.iov[0], h.iov[1] = h.b[:], dst
+			n, rerr = readv(f.data, nw, h.iov[:], off)
+			got = true
+		case remote && nw == nil:
+			// A remote device: the header and the range in one round trip.
+			h.iov[0], h.iov[1] = h.b[:hn], dst
+			h.offs[0], h.offs[1] = off, payload
+			n, rerr = rr.ReadRanges(h.iov[:], h.offs[:])
+			got = true
+		default:
+			h.iov[0] = h.b[:hn]
+			n, rerr = readv(f.data, nw, h.iov[:1], off)
 		}
-		h.iov[0] = nil // the pool must not keep the caller's buffer
+		h.iov[0], h.iov[1] = nil, nil // the pool must not keep the caller's buffer
 		if rerr == errWouldBlock {
 			return errWouldBlock
 		}
-		d.reads.Add(1)
 		if rerr != nil {
-			d.errs.Add(1)
-			return &shardError{fault: faultIO, dev: pos, err: rerr}
+			return fault(faultIO, rerr)
 		}
-		d.readBytes.Add(int64(len(dst)))
-	} else {
-		var err error
-		if crcs, err = s.readShardHeader(key, ext, i, a, dst, f, nw, h); err != nil {
-			return err
+		hdr, err := decodeShardHeader(h.b[:hn], h.crcs[:])
+		if err != nil {
+			return fault(faultHeader, err)
+		}
+		if hdr.Store != s.id || hdr.Owner != key.Owner || hdr.Index != key.Index || hdr.Slot != ext.Slot ||
+			hdr.Gen != ext.Gen || hdr.Shard != i || hdr.Geo != s.geo || hdr.Length != ext.ShardLen {
+			return fault(faultHeader, corruptf(
+				"shard header is of stripe %d/%d slot %d gen %d shard %d, want %d/%d slot %d gen %d shard %d",
+				hdr.Owner, hdr.Index, hdr.Slot, hdr.Gen, hdr.Shard, key.Owner, key.Index, ext.Slot, ext.Gen, i))
+		}
+		s.hdrs.put(&hdr, i)
+		crcs = hdr.CRCs
+	}
+	if !got {
+		h.iov[0] = dst
+		m, rerr := readv(f.data, nw, h.iov[:1], payload)
+		h.iov[0] = nil
+		n += m
+		if rerr == errWouldBlock {
+			return errWouldBlock // the header, if read, is cached for the next try
+		}
+		if rerr != nil {
+			return fault(faultIO, rerr)
 		}
 	}
+	d.reads.Add(1)
+	d.readBytes.Add(int64(n))
 	for sec := a / SectorSize; sec*SectorSize < b; sec++ {
 		lo := sec*SectorSize - a
 		hi := min((sec+1)*SectorSize, b) - a
@@ -523,83 +567,20 @@ func (s *Store) readShard(key stripeKey, ext extent, i, a, b int, dst []byte, no
 	return nil
 }
 
-// readShardHeader is readShard's read of the shard's header, with the
-// payload when a is 0 or the device reads both in one call, and of the
-// range [a, a+len(dst)) otherwise; it checks the header, records it in
-// the header cache and returns the sectors' CRCs (in h).
-func (s *Store) readShardHeader(key stripeKey, ext extent, i, a int, dst []byte, f *devFiles, nw vfs.NowaitReader, h *hdrBuf) ([]uint32, error) {
-	pos := s.devOf(ext.Slot, i)
-	d := s.devs[pos]
-	hn := shardHeaderSize(ext.ShardLen)
-	off := s.slotOffset(ext.Slot)
-	var rerr error
-	ranged := false // header and payload read together
-	if nw != nil {
-		// Header and payload from memory, or nothing counted.
-		var n int
-		if a == 0 {
-			h.iov[0], h.iov[1] = h.b[:], dst
-			n, rerr = nw.ReadAtvNowait(h.iov[:], off)
-		} else {
-			h.iov[0] = h.b[:hn]
-			if n, rerr = nw.ReadAtvNowait(h.iov[:1], off); rerr == nil {
-				h.iov[0] = dst
-				var m int
-				m, rerr = nw.ReadAtvNowait(h.iov[:1], off+shardHeaderRegion+int64(a))
-				n += m
-			}
-			ranged = true
+// readv reads bufs at off from f; with nw (f itself) only from memory,
+// failing with errWouldBlock when the device would be waited for. One
+// buffer is read with ReadAt: the OS file's ReadAtv copies its list.
+func readv(f vfs.File, nw vfs.NowaitReader, bufs [][]byte, off int64) (int, error) {
+	switch {
+	case nw != nil:
+		return nw.ReadAtvNowait(bufs, off)
+	case len(bufs) == 1:
+		if err := vfs.ReadFull(f, bufs[0], off); err != nil {
+			return 0, err
 		}
-		h.iov[0], h.iov[1] = nil, nil // the pool must not keep the caller's buffer
-		if rerr == errWouldBlock {
-			return nil, errWouldBlock
-		}
-		d.reads.Add(1)
-		d.readBytes.Add(int64(n))
-	} else if d.reads.Add(1); a == 0 {
-		// Header region and payload are contiguous: one preadv.
-		h.iov[0], h.iov[1] = h.b[:], dst
-		var n int
-		n, rerr = f.data.ReadAtv(h.iov[:], off)
-		d.readBytes.Add(int64(n))
-		h.iov[1] = nil // the pool must not keep the caller's buffer
-	} else if rr, ok := f.data.(vfs.RangeReader); ok {
-		// A remote device: the header and the range in one round trip.
-		h.iov[0], h.iov[1] = h.b[:hn], dst
-		var n int
-		h.offs[0], h.offs[1] = off, off+shardHeaderRegion+int64(a)
-		n, rerr = rr.ReadRanges(h.iov[:], h.offs[:])
-		d.readBytes.Add(int64(n))
-		h.iov[1] = nil
-		ranged = true
-	} else {
-		if rerr = vfs.ReadFull(f.data, h.b[:hn], off); rerr == nil {
-			d.readBytes.Add(int64(hn))
-		}
+		return len(bufs[0]), nil
 	}
-	if rerr != nil {
-		d.errs.Add(1)
-		return nil, &shardError{fault: faultIO, dev: pos, err: rerr}
-	}
-	hdr, err := decodeShardHeader(h.b[:hn], h.crcs[:])
-	if err != nil {
-		return nil, &shardError{fault: faultHeader, dev: pos, err: err}
-	}
-	if hdr.Store != s.id || hdr.Owner != key.Owner || hdr.Index != key.Index || hdr.Slot != ext.Slot ||
-		hdr.Gen != ext.Gen || hdr.Shard != i || hdr.Geo != s.geo || hdr.Length != ext.ShardLen {
-		return nil, &shardError{fault: faultHeader, dev: pos, err: corruptf(
-			"shard header is of stripe %d/%d slot %d gen %d shard %d, want %d/%d slot %d gen %d shard %d",
-			hdr.Owner, hdr.Index, hdr.Slot, hdr.Gen, hdr.Shard, key.Owner, key.Index, ext.Slot, ext.Gen, i)}
-	}
-	s.hdrs.put(&hdr, i)
-	if a != 0 && !ranged {
-		if err := vfs.ReadFull(f.data, dst, off+shardHeaderRegion+int64(a)); err != nil {
-			d.errs.Add(1)
-			return nil, &shardError{fault: faultIO, dev: pos, err: err}
-		}
-		d.readBytes.Add(int64(len(dst)))
-	}
-	return hdr.CRCs, nil
+	return f.ReadAtv(bufs, off)
 }
 
 // shardUsable reports whether shard i of ext is worth reading as a first

@@ -136,7 +136,7 @@ func (c *controller) identify() nvmeof.IdentifyController {
 		FR:        cfg.firmwareRevision,
 		RAB:       6,
 		CMIC:      nvmeof.CMICMultiPort | nvmeof.CMICMultiController | nvmeof.CMICANA,
-		MDTS:      mdts(c.maxTransfer),
+		MDTS:      mdts(c.admin.maxTransfer()), // the admin queue's binding; each queue checks its own
 		CNTLID:    c.cntlid,
 		VER:       specVersion,
 		CTRATT:    nvmeof.CTRATTHostID128 | ctrattTBKAS,
@@ -194,7 +194,7 @@ func (c *controller) identify() nvmeof.IdentifyController {
 // 4 KiB pages; Write Zeroes moves no data, but hosts that read WZSL
 // keep to it), no other limit.
 func (c *controller) identifyNVM() nvmeof.IdentifyControllerNVM {
-	return nvmeof.IdentifyControllerNVM{WZSL: mdts(c.maxTransfer)}
+	return nvmeof.IdentifyControllerNVM{WZSL: mdts(c.admin.maxTransfer())}
 }
 
 // rescap is RESCAP: every reservation type, IEKEY ignoring CRKEY, and

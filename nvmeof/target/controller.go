@@ -54,9 +54,6 @@ type controller struct {
 	hostID    [16]byte
 	discovery bool
 	log       *slog.Logger
-	// maxTransfer is MDTS in bytes: the limit of the binding of the
-	// admin queue (a queue checks its own binding's limit).
-	maxTransfer int
 	// ana is the ANA state of the listener the admin queue came
 	// through (nil on discovery controllers); read without a lock.
 	ana *anaPort
@@ -115,7 +112,6 @@ func newController(t *Target, sub *Subsystem, q *queue, data *nvmeof.ConnectData
 		discovery:     sub.discovery,
 		ana:           sub.anaPortFor(q.listener),
 		admin:         q,
-		maxTransfer:   q.maxTransfer(),
 		io:            make([]*queue, t.cfg.maxIOQueues+1),
 		queuesGranted: t.cfg.maxIOQueues,
 	}
